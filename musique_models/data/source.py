@@ -1,0 +1,203 @@
+"""`DatasetSource`: what a Hydra `dataset` config instantiates; finds, parses, caches and subsamples a split."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+
+import datasets
+from datasets.arrow_writer import ArrowWriter
+
+from musique_models.data.readers import READERS, check_musique_full_pairs
+from musique_models.data.schema import FEATURES, Example
+from musique_models.data.subsample import subsample_indices
+from musique_models.errors import DatasetNotFoundError
+from musique_models.io import write_json
+
+log = logging.getLogger(__name__)
+
+# Bump when a reader's output changes, so that stale Arrow caches are not reused.
+READER_VERSION = "1"
+_WRITE_BATCH = 1000
+
+
+class DatasetSource:
+    """One dataset: its official files (or the shipped sample), its reader and its training subsample.
+
+    Args:
+        name: config name, stored in every example's `dataset` field.
+        display_name: human name used in messages.
+        format: reader to use: 'musique', 'hotpotqa' or '2wiki'.
+        files: split -> official file path (relative paths are taken under `data_dir`).
+        data_dir: folder holding the official files.
+        sample: read the small real sample shipped in the repo instead of the official files.
+        sample_files: split -> shipped sample path.
+        paired: MuSiQue-Full: check that each id occurs once answerable and once not.
+        train_size: number of training questions kept (None keeps all).
+        seed: seed of the training subsample.
+        cache_dir: where parsed splits are cached as Arrow files.
+        urls: split -> URL to fetch the official file from when it is absent (users who are online).
+        hub_path: a Hugging Face hub dataset whose rows have the official fields (users who are online).
+        download_help: where users get the official files; shown when a file is missing.
+        derived_sample: the shipped sample is derived data (not official); said in every summary.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        display_name: str,
+        format: str,
+        files: dict[str, str],
+        data_dir: str,
+        sample: bool = False,
+        sample_files: dict[str, str] | None = None,
+        paired: bool = False,
+        train_size: int | None = None,
+        seed: int = 42,
+        cache_dir: str = ".cache/datasets",
+        urls: dict[str, str] | None = None,
+        hub_path: str | None = None,
+        download_help: str = "",
+        derived_sample: bool = False,
+    ) -> None:
+        if format not in READERS:
+            raise ValueError(f"dataset {name!r}: unknown format {format!r}; expected one of {sorted(READERS)}")
+        self.name = name
+        self.display_name = display_name
+        self.format = format
+        self.files = dict(files)
+        self.data_dir = Path(data_dir)
+        self.sample = sample
+        self.sample_files = dict(sample_files or {})
+        self.paired = paired
+        self.train_size = train_size
+        self.seed = seed
+        self.cache_dir = Path(cache_dir)
+        self.urls = dict(urls or {})
+        self.hub_path = hub_path
+        self.download_help = download_help
+        self.derived_sample = derived_sample
+
+    @property
+    def splits(self) -> list[str]:
+        """Splits this source can load."""
+        return list(self.sample_files if self.sample else self.files)
+
+    @property
+    def is_derived(self) -> bool:
+        """True when the loaded data is a derived (non-official) sample."""
+        return self.sample and self.derived_sample
+
+    def path(self, split: str) -> Path:
+        """The file that `split` is read from (the sample's when `sample=True`)."""
+        files = self.sample_files if self.sample else self.files
+        if split not in files:
+            raise KeyError(f"dataset {self.name!r} has no split {split!r}; it has {sorted(files)}")
+        path = Path(files[split])
+        return path if path.is_absolute() or self.sample else self.data_dir / path
+
+    def load(self, split: str, run_dir: str | Path | None = None) -> datasets.Dataset:
+        """The split as a `datasets.Dataset` in the internal schema; the train split is subsampled.
+
+        The parse is cached as Arrow, keyed by the file's content and the reader version, so a second load
+        skips parsing. The ids kept by subsampling are written to `run_dir/subsample_<split>_ids.json`.
+        """
+        if self.hub_path and not self.sample and not self.path(split).exists():
+            table = self._load_from_hub(split)
+        else:
+            table = self._load_file(self._ensure_file(split))
+        if split == "train" and self.train_size is not None:
+            table = table.select(subsample_indices(table["id"], self.train_size, self.seed))
+            if run_dir is not None:
+                write_json(
+                    Path(run_dir) / f"subsample_{split}_ids.json",
+                    {"dataset": self.name, "seed": self.seed, "train_size": self.train_size,
+                     "ids": list(dict.fromkeys(table["id"]))},
+                )
+        return table
+
+    def examples(self, split: str) -> list[Example]:
+        """The split as a list of `Example`s (for evaluation and small-data tools)."""
+        return [Example.from_dict(row) for row in self.load(split)]
+
+    def _ensure_file(self, split: str) -> Path:
+        path = self.path(split)
+        if path.exists():
+            return path
+        if split in self.urls and not self.sample:
+            return self._download(self.urls[split], path)
+        raise DatasetNotFoundError(
+            f"{self.display_name} {split} file not found: {path}\n"
+            f"  Get the official files: {self.download_help}\n"
+            f"  and put them in {self.data_dir} (or set dataset.data_dir=...),\n"
+            f"  or run on the small real sample shipped in this repo: add dataset.sample=true"
+        )
+
+    def _download(self, url: str, path: Path) -> Path:
+        log.info("downloading %s -> %s", url, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        os.close(handle)
+        try:
+            with urllib.request.urlopen(url) as response, open(tmp_name, "wb") as out:  # noqa: S310 (user URL)
+                shutil.copyfileobj(response, out)
+            os.replace(tmp_name, path)
+        finally:
+            Path(tmp_name).unlink(missing_ok=True)
+        return path
+
+    def _cache_path(self, path: Path) -> Path:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+        digest.update(f"|{self.format}|{self.name}|{self.paired}|reader-{READER_VERSION}".encode())
+        return self.cache_dir / f"{self.name}-{path.stem}-{digest.hexdigest()[:20]}.arrow"
+
+    def _load_file(self, path: Path) -> datasets.Dataset:
+        cache_path = self._cache_path(path)
+        if not cache_path.exists():
+            examples = READERS[self.format](path, self.name)
+            if self.paired:
+                examples = check_musique_full_pairs(examples, path)
+            write_arrow(examples, cache_path)
+        return datasets.Dataset.from_file(str(cache_path))
+
+    def _load_from_hub(self, split: str) -> datasets.Dataset:
+        """Online only: read a hub copy whose rows carry the official fields through the same reader."""
+        hub_split = datasets.load_dataset(self.hub_path, split="validation" if split == "dev" else split)
+        local = self.cache_dir / f"{self.name}-hub-{split}.jsonl"
+        hub_split.to_json(str(local), lines=True, force_ascii=False)
+        return self._load_file(local)
+
+
+def write_arrow(examples: Iterable[Example], path: Path) -> None:
+    """Stream examples into an Arrow file with the internal `FEATURES`, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        writer = ArrowWriter(features=FEATURES, path=tmp_name)
+        batch: list[dict] = []
+        for example in examples:
+            batch.append(example.to_dict())
+            if len(batch) == _WRITE_BATCH:
+                writer.write_batch(_columns(batch))
+                batch = []
+        if batch:
+            writer.write_batch(_columns(batch))
+        writer.finalize()
+        writer.close()
+        os.replace(tmp_name, path)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+
+
+def _columns(rows: list[dict]) -> dict[str, list]:
+    return {key: [row[key] for row in rows] for key in rows[0]}

@@ -1,0 +1,1 @@
+"""Training core: what `train.py` runs."""

@@ -1,0 +1,44 @@
+"""Shared fixtures. Every test runs offline, with caches under pytest's temporary folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+_RUN_TMP = tempfile.mkdtemp(prefix="musique-models-tests-")
+for _name, _value in {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "HF_HOME": os.path.join(_RUN_TMP, "hf"),
+    "WANDB_DIR": os.path.join(_RUN_TMP, "wandb"),
+}.items():
+    os.environ.setdefault(_name, _value)
+
+from collections.abc import Callable, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from musique_models import PROJECT_ROOT  # noqa: E402
+
+SAMPLES = PROJECT_ROOT / "data" / "samples"
+DATASET_CONFIGS = ["musique_ans", "musique_full", "hotpotqa_20k", "2wiki_20k"]
+
+
+@pytest.fixture
+def compose_train_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
+    """Compose conf/train.yaml with overrides; caches and outputs go under `tmp_path`."""
+
+    def _compose(overrides: Sequence[str] = ()) -> DictConfig:
+        with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+            return compose(
+                "train",
+                overrides=[f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs",
+                           f"paths.output_dir={tmp_path}/run", *overrides],
+            )
+
+    return _compose

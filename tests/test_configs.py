@@ -1,0 +1,65 @@
+"""Every config composes and instantiates; the entry points run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from musique_models import PROJECT_ROOT
+from musique_models.data.source import DatasetSource
+from musique_models.data.summary import main as summary_main
+from tests.conftest import DATASET_CONFIGS
+
+
+@pytest.mark.parametrize("dataset", DATASET_CONFIGS)
+def test_dataset_configs_compose_and_instantiate(dataset: str, compose_train_cfg) -> None:
+    from hydra.utils import instantiate
+
+    cfg = compose_train_cfg([f"dataset={dataset}", "dataset.sample=true"])
+    source = instantiate(cfg.dataset)
+    assert isinstance(source, DatasetSource) and source.name == dataset and source.train_size == 20000
+    assert source.splits == ["train", "dev"]
+    for split in source.splits:
+        assert source.path(split).exists()
+    official = instantiate(compose_train_cfg([f"dataset={dataset}", "dataset.sample=false"]).dataset)
+    assert not official.sample
+    assert official.path("dev") == official.data_dir / cfg.dataset.files.dev
+    assert official.data_dir.parent == Path(cfg.paths.data_dir)
+
+
+def test_default_dataset_is_the_musique_ans_sample(compose_train_cfg) -> None:
+    cfg = compose_train_cfg()
+    assert cfg.dataset.name == "musique_ans" and cfg.dataset.sample is True and cfg.get("model") is None
+
+
+def test_summary_command_prints_the_table(capsys, tmp_path: Path) -> None:
+    summary_main(["dataset=musique_full", "dataset.sample=true", f"paths.cache_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert "MuSiQue-Full v1.0 [musique_full]" in out and "DERIVED" in out
+    assert "│ questions" in out and "100" in out and "200" in out and "50.0%" in out
+
+
+def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    return subprocess.run([sys.executable, *args, f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs"],
+                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_train_without_a_model_prints_the_summary_and_says_so(tmp_path: Path) -> None:
+    result = _run(["train.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "MuSiQue-Ans v1.0 [musique_ans] - shipped real sample" in result.stdout
+    assert "No model is configured" in result.stderr + result.stdout
+    saved = list((tmp_path / "logs").rglob("subsample_train_ids.json"))
+    assert len(saved) == 1
+
+
+def test_missing_official_files_exit_with_a_readable_message(tmp_path: Path) -> None:
+    result = _run(["train.py", "dataset=2wiki_20k"], tmp_path)
+    assert result.returncode == 2
+    assert "error: 2WikiMultihopQA train file not found" in result.stderr
+    assert "dataset.sample=true" in result.stderr and "Traceback" not in result.stderr
