@@ -28,7 +28,8 @@ test: $(STAMP)
 	$(OFFLINE) $(PY) -m pytest $(ARGS)
 
 bench: $(STAMP)
-	$(OFFLINE) $(PY) benchmarks/bench_data.py $(ARGS)
+	$(OFFLINE) $(PY) benchmarks/bench_data.py
+	$(OFFLINE) $(PY) benchmarks/bench_evaluate.py
 
 clean:
 	rm -rf .cache logs outputs multirun .pytest_cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -9,6 +10,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+import msgspec
 
 
 @contextmanager
@@ -29,6 +32,23 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         raise
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while building many small acyclic objects.
+
+    Reading and scoring 100,000 instances allocates millions of objects; the collector's repeated full scans
+    cost about a third of the time and free nothing (no reference cycles are made). Reference counting still
+    frees everything as usual.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -43,8 +63,9 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
 
 
 def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
-    """Write one JSON object per line, atomically."""
-    with atomic_open(path) as handle:
+    """Write one JSON object per line (UTF-8, compact), atomically."""
+    encoder = msgspec.json.Encoder()
+    with atomic_open(path, "wb") as handle:
         for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False))
-            handle.write("\n")
+            handle.write(encoder.encode(row))
+            handle.write(b"\n")

@@ -63,3 +63,19 @@ def test_missing_official_files_exit_with_a_readable_message(tmp_path: Path) -> 
     assert result.returncode == 2
     assert "error: 2WikiMultihopQA train file not found" in result.stderr
     assert "dataset.sample=true" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_import_evaluate_from_the_repo_root_gets_hugging_face_evaluate() -> None:
+    code = "import evaluate; print(evaluate.__file__); print(callable(evaluate.load))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    location, has_load = result.stdout.split()
+    assert Path(location).parent.name == "evaluate" and has_load == "True"
+
+
+def test_evaluate_config_composes() -> None:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=["predictions=p.jsonl", "gold=g.jsonl", "mode=dire"])
+    assert cfg.mode == "dire" and cfg.dataset is None and cfg.probe_predictions is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from musique_models.data.jsonio import iter_json_records
 from musique_models.data.schema import DecompositionStep, Example, Paragraph
@@ -136,7 +136,15 @@ def _musique_example(record: _Record, dataset: str) -> Example:
     )
 
 
-def check_musique_full_pairs(examples: Iterable[Example], path: str | Path) -> Iterator[Example]:
+class _Instance(Protocol):
+    id: str
+    answerable: bool
+
+
+_InstanceT = TypeVar("_InstanceT", bound=_Instance)
+
+
+def check_musique_full_pairs(examples: Iterable[_InstanceT], path: str | Path) -> Iterator[_InstanceT]:
     """Pass examples through, then check MuSiQue-Full's pairing: every id exactly twice, once answerable and once
     not. Raises `DataFormatError` naming the ids that break it once the input is exhausted."""
     by_id: dict[str, list[bool]] = {}
@@ -202,7 +210,9 @@ def _context_paragraphs(record: _Record) -> list[Paragraph]:
     """HotpotQA/2Wiki `context` + `supporting_facts` -> paragraphs with idx = position in `context`."""
     paragraphs = []
     position_by_title: dict[str, int] = {}
-    for position, item in enumerate(record.get("context", list)):
+    context = record.get("context", list)
+    idxs = _paragraph_idxs(record, len(context))
+    for position, item in enumerate(context):
         name = f"context[{position}]"
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], list)):
             raise record.error("expected [title, [sentences]]", name)
@@ -211,7 +221,7 @@ def _context_paragraphs(record: _Record) -> list[Paragraph]:
             raise record.error("expected a list of sentence strings", f"{name}[1]")
         position_by_title.setdefault(title, position)
         # HotpotQA sentences carry their own leading spaces, so joining with "" restores the paragraph.
-        paragraphs.append(Paragraph(idx=position, title=title, text="".join(sentences), is_supporting=False,
+        paragraphs.append(Paragraph(idx=idxs[position], title=title, text="".join(sentences), is_supporting=False,
                                     sentences=list(sentences)))
     for position, fact in enumerate(record.get("supporting_facts", list)):
         name = f"supporting_facts[{position}]"
@@ -227,6 +237,21 @@ def _context_paragraphs(record: _Record) -> list[Paragraph]:
         if 0 <= sentence_id < len(paragraph.sentences) and sentence_id not in paragraph.supporting_sentence_ids:
             paragraph.supporting_sentence_ids.append(sentence_id)
     return paragraphs
+
+
+def _paragraph_idxs(record: _Record, count: int) -> list[int]:
+    """Paragraph idx = position in `context`, unless the record keeps original idx in `paragraph_idxs`.
+
+    DiRe probe files written by `musique_models.data.probe` drop paragraphs but keep the original idx there.
+    """
+    idxs = record.get("paragraph_idxs", list, optional=True, default=None)
+    if idxs is None:
+        return list(range(count))
+    if len(idxs) != count or not all(isinstance(i, int) and not isinstance(i, bool) for i in idxs):
+        raise record.error(f"expected {count} int idx, one per context paragraph", "paragraph_idxs")
+    if len(set(idxs)) != count:
+        raise record.error("duplicate paragraph idx", "paragraph_idxs")
+    return idxs
 
 
 def _words(text: str) -> set[str]:

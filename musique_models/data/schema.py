@@ -1,11 +1,12 @@
-"""The one internal example schema that every reader produces and every model and metric consumes."""
+"""The one internal example schema that every reader produces and every model and metric consumes.
+
+The matching `datasets.Features` is `musique_models.data.features.FEATURES` (kept apart so that the readers and
+the evaluator do not import `datasets`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-import datasets
 
 DATASET_FORMATS = ("musique", "hotpotqa", "2wiki")
 
@@ -84,34 +85,3 @@ class Example:
             num_hops=row["num_hops"],
             question_type=row["question_type"],
         )
-
-
-FEATURES = datasets.Features(
-    {
-        "id": datasets.Value("string"),
-        "dataset": datasets.Value("string"),
-        "question": datasets.Value("string"),
-        "paragraphs": datasets.List(
-            {
-                "idx": datasets.Value("int32"),
-                "title": datasets.Value("string"),
-                "text": datasets.Value("string"),
-                "is_supporting": datasets.Value("bool"),
-                "sentences": datasets.List(datasets.Value("string")),
-                "supporting_sentence_ids": datasets.List(datasets.Value("int32")),
-            }
-        ),
-        "answer": datasets.Value("string"),
-        "answer_aliases": datasets.List(datasets.Value("string")),
-        "answerable": datasets.Value("bool"),
-        "decomposition": datasets.List(
-            {
-                "question": datasets.Value("string"),
-                "answer": datasets.Value("string"),
-                "paragraph_support_idx": datasets.Value("int32"),
-            }
-        ),
-        "num_hops": datasets.Value("int32"),
-        "question_type": datasets.Value("string"),
-    }
-)

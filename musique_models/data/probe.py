@@ -1,0 +1,133 @@
+"""DiRe probes (Trivedi et al., EMNLP 2020): each question split into two instances that each lack one group of
+its supporting paragraphs, written in the dataset's own format.
+
+    python -m musique_models.data.probe dataset=hotpotqa_20k dataset.sample=true split=dev out=probe.json \
+        [partition=half|first_vs_rest|rest_vs_last]
+
+The two groups partition the supporting paragraphs: for two it is one paragraph each; for three or more the
+`partition` option decides (default `half`: the first half of the decomposition's support paragraphs, in step
+order, vs the rest). Probe k drops group k; the other group stays supporting. Paragraph idx keep their original
+values (HotpotQA/2Wiki probes record them in a `paragraph_idxs` field that the readers honour), every probe row
+carries `probe` (0 or 1) and the original question's id. Only answerable questions get probes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from musique_models.data.contrast import to_musique_record
+from musique_models.data.schema import Example
+from musique_models.io import write_json, write_jsonl
+
+PARTITIONS = ("half", "first_vs_rest", "rest_vs_last")
+
+
+def support_groups(example: Example, partition: str = "half") -> tuple[list[int], list[int]]:
+    """The two groups of supporting paragraph idx that the two probes remove."""
+    if partition not in PARTITIONS:
+        raise ValueError(f"unknown partition {partition!r}; expected one of {PARTITIONS}")
+    ordered = [step.paragraph_support_idx for step in example.decomposition if step.paragraph_support_idx is not None]
+    ordered = list(dict.fromkeys(idx for idx in ordered if idx in set(example.supporting_idxs)))
+    ordered += [idx for idx in example.supporting_idxs if idx not in ordered]
+    if len(ordered) < 2:
+        raise ValueError(f"question {example.id!r} has {len(ordered)} supporting paragraphs; DiRe needs at least 2")
+    split = {"half": max(len(ordered) // 2, 1), "first_vs_rest": 1, "rest_vs_last": len(ordered) - 1}[partition]
+    return ordered[:split], ordered[split:]
+
+
+def make_probes(example: Example, partition: str = "half") -> tuple[Example, Example]:
+    """The two probe instances of one answerable question: probe k lacks group k's paragraphs."""
+    probes = []
+    for removed in support_groups(example, partition):
+        removed_set = set(removed)
+        probes.append(replace(
+            example,
+            paragraphs=[paragraph for paragraph in example.paragraphs if paragraph.idx not in removed_set],
+            decomposition=[
+                replace(step, paragraph_support_idx=None) if step.paragraph_support_idx in removed_set else step
+                for step in example.decomposition
+            ],
+        ))
+    return probes[0], probes[1]
+
+
+def _context_record(example: Example, probe: int, data_format: str) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "_id": example.id,
+        "question": example.question,
+        "answer": example.answer,
+        "type": example.question_type,
+        "context": [[paragraph.title, list(paragraph.sentences) or [paragraph.text]] for paragraph in example.paragraphs],
+        "supporting_facts": [
+            [paragraph.title, sentence]
+            for paragraph in example.paragraphs if paragraph.is_supporting
+            for sentence in (paragraph.supporting_sentence_ids or [0])
+        ],
+        "paragraph_idxs": [paragraph.idx for paragraph in example.paragraphs],
+        "probe": probe,
+    }
+    if data_format == "2wiki":
+        answers: list[str] = []
+        evidences = []
+        for step in example.decomposition:
+            subject, relation = step.question.split(" >> ", 1)
+            if subject.startswith("#") and subject[1:].isdigit():
+                subject = answers[int(subject[1:]) - 1]
+            evidences.append([subject, relation, step.answer])
+            answers.append(step.answer)
+        record["evidences"] = evidences
+    return record
+
+
+def write_probe_file(examples: Sequence[Example], data_format: str, output: str | Path, partition: str = "half") -> int:
+    """Write the probes of every answerable example in `data_format`'s own layout; returns the number of rows."""
+    rows = []
+    for example in examples:
+        if not example.answerable:
+            continue
+        for number, probe in enumerate(make_probes(example, partition)):
+            if data_format == "musique":
+                rows.append(to_musique_record(probe, probe=number))
+            else:
+                rows.append(_context_record(probe, number, data_format))
+    if data_format == "musique":
+        write_jsonl(output, rows)
+    else:
+        write_json(output, rows, indent=None)
+    return len(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Compose the train config (dataset overrides) and write the probe of `split` to `out`."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from musique_models import PROJECT_ROOT
+    from musique_models.cli import user_errors_exit
+
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    options = {"split": "dev", "out": None, "partition": "half"}
+    overrides = []
+    for argument in arguments:
+        key, _, value = argument.partition("=")
+        if key in options:
+            options[key] = value
+        else:
+            overrides.append(argument)
+    if not options["out"]:
+        raise SystemExit("usage: python -m musique_models.data.probe dataset=NAME [split=dev] out=PATH [partition=half]")
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    source = instantiate(cfg.dataset)
+    with user_errors_exit():
+        examples = source.examples(options["split"])
+    count = write_probe_file(examples, source.format, options["out"], options["partition"])
+    print(f"wrote {count} probe rows ({count // 2} questions) of {source.name} {options['split']} to {options['out']}")
+
+
+if __name__ == "__main__":
+    main()

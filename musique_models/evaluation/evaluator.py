@@ -1,0 +1,160 @@
+"""Score prediction files against gold files: what `evaluate.py` runs, on the one metrics implementation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from musique_models.errors import DataFormatError
+from musique_models.evaluation.gold import GoldInstance, read_gold
+from musique_models.evaluation.metrics import (
+    DireQuestionResult,
+    InstanceResult,
+    aggregate,
+    aggregate_dire,
+    answer_scores,
+    dire_question_result,
+    support_scores,
+)
+from musique_models.evaluation.predictions import (
+    Prediction,
+    ProbePrediction,
+    align_predictions,
+    read_predictions,
+    read_probe_predictions,
+)
+from musique_models.io import gc_paused, write_json, write_jsonl
+
+
+def score_instance(gold: GoldInstance, prediction: Prediction) -> InstanceResult:
+    """Answer and support scores of one prediction (computed for every row; aggregation picks the rows)."""
+    return InstanceResult(
+        row=gold.row,
+        id=gold.id,
+        num_hops=gold.num_hops,
+        gold_answerable=gold.answerable,
+        predicted_answerable=prediction.predicted_answerable,
+        answer=answer_scores(prediction.predicted_answer, gold.answers),
+        support=support_scores(prediction.predicted_support_idxs, gold.support_idxs),
+    )
+
+
+@dataclass
+class EvaluationReport:
+    """Dataset metrics plus the per-question rows written for error analysis."""
+
+    metrics: dict[str, float]
+    per_question: list[dict[str, Any]] = field(default_factory=list)
+
+
+def evaluate_predictions(golds: Sequence[GoldInstance], predictions: Sequence[Prediction]) -> EvaluationReport:
+    """Score aligned predictions (one per gold row, same order)."""
+    results = [score_instance(gold, prediction) for gold, prediction in zip(golds, predictions, strict=True)]
+    per_question = [
+        {"row": r.row, "id": r.id, "num_hops": r.num_hops, "answerable": r.gold_answerable,
+         "predicted_answerable": r.predicted_answerable, "predicted_answer": p.predicted_answer,
+         "gold_answers": list(g.answers), "answer_f1": r.answer.f1, "answer_em": r.answer.em,
+         "predicted_support_idxs": p.predicted_support_idxs, "gold_support_idxs": list(g.support_idxs),
+         "support_f1": r.support.f1, "support_em": r.support.em}
+        for r, p, g in zip(results, predictions, golds)
+    ]
+    return EvaluationReport(aggregate(results), per_question)
+
+
+def evaluate_files(predictions_path: str | Path, gold_path: str | Path, data_format: str | None = None) -> EvaluationReport:
+    """Score an official-format prediction file against any supported gold file (format detected if None)."""
+    with gc_paused():
+        golds = read_gold(gold_path, data_format)
+        predictions = align_predictions(golds, read_predictions(predictions_path), predictions_path)
+        return evaluate_predictions(golds, predictions)
+
+
+def dire_results(golds: Sequence[GoldInstance], predictions: Sequence[Prediction],
+                 probe_predictions: Sequence[tuple[int, ProbePrediction]], probe_path: str | Path) -> list[DireQuestionResult]:
+    """DiRe scores of every answerable gold question, from its original prediction and its two probe predictions."""
+    probes: dict[str, dict[int, tuple[int, ProbePrediction]]] = {}
+    answerable = {gold.id: gold for gold in golds if gold.answerable}
+    for line, probe in probe_predictions:
+        if probe.id not in answerable:
+            raise DataFormatError("probe prediction for an id that is not an answerable gold question",
+                                  path=probe_path, line=line, record_id=probe.id)
+        if probe.probe not in (0, 1):
+            raise DataFormatError(f"probe must be 0 or 1, got {probe.probe}", path=probe_path, line=line,
+                                  record_id=probe.id, field="probe")
+        if probe.probe in probes.setdefault(probe.id, {}):
+            raise DataFormatError(f"duplicate prediction for probe {probe.probe}", path=probe_path, line=line,
+                                  record_id=probe.id)
+        gold = answerable[probe.id]
+        unknown = [idx for idx in probe.predicted_support_idxs if idx not in gold.paragraph_idxs]
+        if unknown:
+            raise DataFormatError(f"idx {unknown} are not idx of this question's paragraphs", path=probe_path,
+                                  line=line, record_id=probe.id, field="predicted_support_idxs")
+        probes[probe.id][probe.probe] = (line, probe)
+    incomplete = [question_id for question_id in answerable if len(probes.get(question_id, {})) != 2]
+    if incomplete:
+        raise DataFormatError(f"{len(incomplete)} answerable questions lack probe 0 or 1: "
+                              + ", ".join(repr(i) for i in incomplete[:5]), path=probe_path)
+    results = []
+    for gold, prediction in zip(golds, predictions):
+        if not gold.answerable:
+            continue
+        pair = [probes[gold.id][number][1] for number in (0, 1)]
+        results.append(dire_question_result(
+            question_id=gold.id,
+            num_hops=gold.num_hops,
+            gold_support=gold.support_idxs,
+            original_answer=answer_scores(prediction.predicted_answer, gold.answers),
+            original_support=support_scores(prediction.predicted_support_idxs, gold.support_idxs),
+            probe_answers=[answer_scores(probe.predicted_answer, gold.answers) for probe in pair],
+            probe_confidences=[probe.predicted_answer_confidence for probe in pair],
+            probe_supports=[probe.predicted_support_idxs for probe in pair],
+        ))
+    return results
+
+
+def evaluate_dire_files(gold_path: str | Path, predictions_path: str | Path, probe_path: str | Path,
+                        data_format: str | None = None) -> EvaluationReport:
+    """The standard metrics plus DiRe's, with DiRe's scores added to each per-question row."""
+    with gc_paused():
+        golds = read_gold(gold_path, data_format)
+        predictions = align_predictions(golds, read_predictions(predictions_path), predictions_path)
+        report = evaluate_predictions(golds, predictions)
+        results = dire_results(golds, predictions, read_probe_predictions(probe_path), probe_path)
+    report.metrics.update(aggregate_dire(results))
+    by_id = {result.id: result for result in results}
+    for row in report.per_question:
+        result = by_id.get(row["id"])
+        if result is not None and row["answerable"]:
+            row.update(dire_answer_f1=result.answer.f1, dire_support_f1=result.support.f1, dire_joint_f1=result.joint.f1)
+    return report
+
+
+def write_report(report: EvaluationReport, output: str | Path, per_question_output: str | Path | None = None) -> Path:
+    """Write metrics JSON (full-precision floats) and the per-question jsonl, each atomically."""
+    output = Path(output)
+    per_question_output = Path(per_question_output or output.with_name(output.stem + ".per_question.jsonl"))
+    write_jsonl(per_question_output, report.per_question)
+    write_json(output, report.metrics)
+    return per_question_output
+
+
+def metrics_table(metrics: dict[str, float], title: str = "metrics") -> Table:
+    """The metrics as a readable table: one row per metric, columns all / 2hop / 3hop / 4hop."""
+    suffixes = ["", "_2hop", "_3hop", "_4hop"]
+    names = [name for name in metrics if not any(name.endswith(s) for s in suffixes[1:])]
+    table = Table(title=title)
+    table.add_column("metric")
+    for label in ["all", "2hop", "3hop", "4hop"]:
+        table.add_column(label, justify="right")
+    for name in names:
+        cells = []
+        for suffix in suffixes:
+            value = metrics.get(name + suffix)
+            is_count = name.endswith("count")
+            cells.append("" if value is None else (f"{value:.0f}" if is_count else f"{100 * value:.1f}"))
+        table.add_row(name, *cells)
+    return table

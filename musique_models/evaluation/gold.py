@@ -1,0 +1,168 @@
+"""Gold instances reduced to what the metrics need, read from any supported gold file.
+
+MuSiQue jsonl gold files (1.2 GB for 100,000 MuSiQue-Full instances) are streamed line by line with `msgspec`
+structs that declare only the scored fields, so paragraph texts are skipped, never built as Python strings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from musique_models.data.jsonio import iter_json_records
+from musique_models.data.readers import FORMAT_NAMES, check_musique_full_pairs, detect_format, read_examples
+from musique_models.data.schema import Example
+from musique_models.errors import DataFormatError
+
+# Dataset config names accepted where a gold format is asked for.
+FORMAT_BY_DATASET = {"musique": "musique", "musique_ans": "musique", "musique_full": "musique",
+                     "hotpotqa": "hotpotqa", "hotpotqa_20k": "hotpotqa", "2wiki": "2wiki", "2wiki_20k": "2wiki"}
+
+
+@dataclass(frozen=True, slots=True)
+class GoldInstance:
+    """One gold row: its answers, support, paragraph idx, answerability and hop count."""
+
+    row: int
+    id: str
+    answers: tuple[str, ...]
+    support_idxs: tuple[int, ...]
+    paragraph_idxs: range | frozenset[int]
+    answerable: bool
+    num_hops: int
+    step_support_idxs: tuple[int | None, ...] = ()
+
+
+def _compact_idxs(idxs: Sequence[int]) -> range | frozenset[int]:
+    # Nearly every question numbers its paragraphs 0..n-1: a range costs 48 bytes instead of a 20-int set.
+    return range(len(idxs)) if list(idxs) == list(range(len(idxs))) else frozenset(idxs)
+
+
+def gold_from_example(example: Example, row: int) -> GoldInstance:
+    """The gold view of an `Example` (used by the Lightning metrics, from the loaded dataset)."""
+    return GoldInstance(
+        row=row,
+        id=example.id,
+        answers=(example.answer, *example.answer_aliases),
+        support_idxs=tuple(example.supporting_idxs),
+        paragraph_idxs=_compact_idxs([paragraph.idx for paragraph in example.paragraphs]),
+        answerable=example.answerable,
+        num_hops=example.num_hops,
+        step_support_idxs=tuple(step.paragraph_support_idx for step in example.decomposition),
+    )
+
+
+class _LeanParagraph(msgspec.Struct):
+    idx: int
+    is_supporting: bool
+
+
+class _LeanStep(msgspec.Struct):
+    paragraph_support_idx: int | None = None
+
+
+class _LeanMusique(msgspec.Struct):
+    id: str
+    paragraphs: list[_LeanParagraph]
+    answer: str
+    question_decomposition: list[_LeanStep]
+    answer_aliases: list[str] = []
+    answerable: bool = True
+
+
+_LEAN_DECODER = msgspec.json.Decoder(_LeanMusique)
+
+
+def _lean_to_gold(record: _LeanMusique, row: int, path: Path, line: int) -> GoldInstance:
+    idxs = [paragraph.idx for paragraph in record.paragraphs]
+    if len(set(idxs)) != len(idxs):
+        raise DataFormatError("duplicate paragraph idx", path=path, line=line, record_id=record.id, field="paragraphs")
+    return GoldInstance(
+        row=row,
+        id=record.id,
+        answers=(record.answer, *record.answer_aliases),
+        support_idxs=tuple(paragraph.idx for paragraph in record.paragraphs if paragraph.is_supporting),
+        paragraph_idxs=_compact_idxs(idxs),
+        answerable=record.answerable,
+        num_hops=len(record.question_decomposition),
+        step_support_idxs=tuple(step.paragraph_support_idx for step in record.question_decomposition),
+    )
+
+
+def msgspec_error(error: msgspec.ValidationError, path: Path, line: int, raw: bytes | str) -> DataFormatError:
+    """A `DataFormatError` naming file, line, id and field from a msgspec validation error."""
+    message = str(error)
+    field = None
+    if "missing required field `" in message:
+        field = message.split("missing required field `", 1)[1].split("`", 1)[0]
+    if " - at `$." in message:
+        field = message.rsplit(" - at `$.", 1)[1].rstrip("`")
+        message = message.rsplit(" - at ", 1)[0]
+    record_id = None
+    try:
+        record_id = json.loads(raw).get("id")
+    except (ValueError, AttributeError):
+        pass
+    return DataFormatError(message, path=path, line=line, record_id=record_id if isinstance(record_id, str) else None,
+                           field=field)
+
+
+def _stream_musique_jsonl(path: Path) -> Iterator[GoldInstance]:
+    row = 0
+    with open(path, "rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = _LEAN_DECODER.decode(line)
+            except msgspec.ValidationError as error:
+                raise msgspec_error(error, path, line_number, line) from None
+            except msgspec.DecodeError as error:
+                raise DataFormatError(f"malformed JSON: {error}", path=path, line=line_number) from None
+            yield _lean_to_gold(record, row, path, line_number)
+            row += 1
+
+
+def sniff_format(path: str | Path) -> str:
+    """The dataset format of a gold file, from its first record."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as handle:
+        head = handle.read(1 << 16).lstrip()
+    if not head:
+        raise DataFormatError("the file is empty", path=path)
+    if head.startswith("["):
+        _, first = next(iter_json_records(path), (None, None))
+        found = detect_format(first) if first is not None else None
+    else:
+        try:
+            found = detect_format(json.loads(head.split("\n", 1)[0]))
+        except json.JSONDecodeError:
+            raise DataFormatError("malformed JSON in the first record", path=path, line=1) from None
+    if found is None:
+        raise DataFormatError("not a MuSiQue, HotpotQA or 2WikiMultihopQA file (format not recognised)", path=path)
+    return found
+
+
+def read_gold(path: str | Path, data_format: str | None = None) -> list[GoldInstance]:
+    """All gold instances of a file, in file order; MuSiQue-Full files must be paired (checked here)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataFormatError("gold file not found", path=path)
+    data_format = FORMAT_BY_DATASET.get(data_format, data_format) if data_format else sniff_format(path)
+    if data_format not in FORMAT_NAMES:
+        raise ValueError(f"unknown gold format {data_format!r}; expected one of {sorted(FORMAT_BY_DATASET)}")
+    with open(path, "rb") as handle:
+        is_json_list = handle.read(4096).lstrip().startswith(b"[")
+    if data_format == "musique" and not is_json_list:
+        golds = list(_stream_musique_jsonl(path))
+    else:
+        golds = [gold_from_example(example, row)
+                 for row, example in enumerate(read_examples(path, data_format, dataset=data_format))]
+    if any(not gold.answerable for gold in golds):
+        for _ in check_musique_full_pairs(golds, path):
+            pass
+    return golds

@@ -1,0 +1,255 @@
+"""The one metrics implementation: answer, support, answerability, paired MuSiQue-Full and DiRe scores.
+
+Definitions follow the official MuSiQue evaluator (StonyBrookNLP/musique, `evaluate_v1.0.py` and `metrics/`)
+and DiRe (StonyBrookNLP/dire, `metrics/probe_*`). Floats are kept at full precision (the official script
+rounds to 3 decimals when it prints).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
+HOP_BUCKETS = (2, 3, 4)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower-case, drop punctuation, drop the articles a/an/the, squeeze whitespace."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_DROP_PUNCTUATION)).split())
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Precision, recall, F1 and exact match of one prediction against one gold."""
+
+    precision: float
+    recall: float
+    f1: float
+    em: float
+
+
+def _common_token_count(left: list[str], right: list[str]) -> int:
+    """`sum((Counter(left) & Counter(right)).values())`, without building Counters (answers are a few tokens)."""
+    return sum(min(left.count(token), right.count(token)) for token in set(right))
+
+
+def _token_scores(predicted_tokens: list[str], gold_tokens: list[str], em: float) -> Scores:
+    if not gold_tokens or not predicted_tokens:
+        agree = float(gold_tokens == predicted_tokens)
+        return Scores(agree, agree, agree, em)
+    same = _common_token_count(predicted_tokens, gold_tokens)
+    if same == 0:
+        return Scores(0.0, 0.0, 0.0, em)
+    precision = same / len(predicted_tokens)
+    recall = same / len(gold_tokens)
+    return Scores(precision, recall, 2 * precision * recall / (precision + recall), em)
+
+
+def answer_scores_single(prediction: str, gold: str) -> Scores:
+    """Token-level scores against one gold answer; if either side has no tokens, F1 is 1 when both are empty."""
+    return answer_scores(prediction, [gold])
+
+
+def answer_scores(prediction: str, golds: Sequence[str]) -> Scores:
+    """EM and F1 are each the max over `golds` (the answer and its aliases), as the official evaluator does.
+
+    Precision and recall (used by DiRe's joint score) are those of the gold with the best F1.
+    """
+    normalized_prediction = normalize_answer(prediction)
+    predicted_tokens = normalized_prediction.split()
+    per_gold = []
+    for gold in golds:
+        normalized_gold = normalize_answer(gold)
+        per_gold.append(_token_scores(predicted_tokens, normalized_gold.split(),
+                                      float(normalized_prediction == normalized_gold)))
+    best = max(per_gold, key=lambda scores: scores.f1)
+    return Scores(best.precision, best.recall, best.f1, max(scores.em for scores in per_gold))
+
+
+def support_scores(predicted: Iterable[int], gold: Iterable[int]) -> Scores:
+    """Set precision/recall/F1 of predicted vs gold supporting paragraph idx; EM = sets equal.
+
+    Both empty gives F1 = EM = 1 (the official script never meets this case: it scores support on answerable
+    instances only, which always have gold support).
+    """
+    predicted_set, gold_set = set(predicted), set(gold)
+    if not predicted_set and not gold_set:
+        return Scores(1.0, 1.0, 1.0, 1.0)
+    true_positives = len(predicted_set & gold_set)
+    precision = true_positives / len(predicted_set) if predicted_set else 0.0
+    recall = true_positives / len(gold_set) if gold_set else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return Scores(precision, recall, f1, float(predicted_set == gold_set))
+
+
+@dataclass(frozen=True)
+class InstanceResult:
+    """Scores of one prediction on one gold instance (a row of the gold file)."""
+
+    row: int
+    id: str
+    num_hops: int
+    gold_answerable: bool
+    predicted_answerable: bool
+    answer: Scores
+    support: Scores
+
+    @property
+    def sufficiency_correct(self) -> bool:
+        return self.gold_answerable == self.predicted_answerable
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _hop_bucket(num_hops: int) -> int:
+    return min(max(num_hops, HOP_BUCKETS[0]), HOP_BUCKETS[-1])
+
+
+def aggregate(results: Sequence[InstanceResult]) -> dict[str, float]:
+    """Dataset metrics from per-instance results, with the official key names plus per-hop keys.
+
+    `answer_*` and `support_*` average over gold-answerable instances. When any gold instance is unanswerable
+    (MuSiQue-Full), instances are grouped by id (two per id) and the paired metrics are added: a group scores
+    the answerable instance's answer (or support) score only if the predicted answerability of both
+    instances is right, else 0.
+    """
+    by_hops: dict[int, list[InstanceResult]] = {hops: [] for hops in HOP_BUCKETS}
+    for result in results:
+        by_hops[_hop_bucket(result.num_hops)].append(result)
+    has_unanswerable = any(not result.gold_answerable for result in results)
+    metrics = _answer_support_means(results, suffix="")
+    for hops, hop_results in by_hops.items():
+        if hop_results:
+            metrics.update(_answer_support_means(hop_results, suffix=f"_{hops}hop"))
+    if has_unanswerable:
+        metrics.update(_sufficiency_metrics(results))
+        for hops, hop_results in by_hops.items():
+            if hop_results:
+                metrics.update(_group_metrics(hop_results, suffix=f"_{hops}hop"))
+    return metrics
+
+
+def _answer_support_means(results: Sequence[InstanceResult], suffix: str) -> dict[str, float]:
+    answerable = [result for result in results if result.gold_answerable]
+    return {
+        f"answer_f1{suffix}": _mean([result.answer.f1 for result in answerable]),
+        f"answer_em{suffix}": _mean([result.answer.em for result in answerable]),
+        f"support_f1{suffix}": _mean([result.support.f1 for result in answerable]),
+        f"support_em{suffix}": _mean([result.support.em for result in answerable]),
+        f"count{suffix}": float(len(answerable)),
+    }
+
+
+def _group_metrics(results: Sequence[InstanceResult], suffix: str) -> dict[str, float]:
+    groups: dict[str, list[InstanceResult]] = {}
+    for result in results:
+        groups.setdefault(result.id, []).append(result)
+    scores: dict[str, list[float]] = {name: [] for name in ("answer_f1", "answer_em", "support_f1", "support_em")}
+    for question_id, group in groups.items():
+        answerable = [result for result in group if result.gold_answerable]
+        if len(group) != 2 or len(answerable) != 1:
+            raise ValueError(f"id {question_id!r}: paired metrics need one answerable and one unanswerable row")
+        both_right = float(all(result.sufficiency_correct for result in group))
+        scores["answer_f1"].append(both_right * answerable[0].answer.f1)
+        scores["answer_em"].append(both_right * answerable[0].answer.em)
+        scores["support_f1"].append(both_right * answerable[0].support.f1)
+        scores["support_em"].append(both_right * answerable[0].support.em)
+    return {
+        f"group_answer_sufficiency_f1{suffix}": _mean(scores["answer_f1"]),
+        f"group_answer_sufficiency_em{suffix}": _mean(scores["answer_em"]),
+        f"group_support_sufficiency_f1{suffix}": _mean(scores["support_f1"]),
+        f"group_support_sufficiency_em{suffix}": _mean(scores["support_em"]),
+    }
+
+
+def _sufficiency_metrics(results: Sequence[InstanceResult]) -> dict[str, float]:
+    """Answerability accuracy, and binary F1 with 'answerable' as the positive class; plus the paired metrics."""
+    true_positive = sum(r.predicted_answerable and r.gold_answerable for r in results)
+    predicted_positive = sum(r.predicted_answerable for r in results)
+    gold_positive = sum(r.gold_answerable for r in results)
+    precision = true_positive / predicted_positive if predicted_positive else 0.0
+    recall = true_positive / gold_positive if gold_positive else 0.0
+    return {
+        "sufficiency_accuracy": _mean([float(r.sufficiency_correct) for r in results]),
+        "sufficiency_f1": 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0,
+        **_group_metrics(results, suffix=""),
+    }
+
+
+@dataclass(frozen=True)
+class DireQuestionResult:
+    """DiRe scores of one question: min(probe score, score on the original question)."""
+
+    id: str
+    num_hops: int
+    answer: Scores
+    support: Scores
+
+    @property
+    def joint(self) -> Scores:
+        """HotpotQA-style joint: precision and recall multiply, EM is the min (as DiRe's `compute_joint`)."""
+        precision = self.answer.precision * self.support.precision
+        recall = self.answer.recall * self.support.recall
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+        return Scores(precision, recall, f1, min(self.answer.em, self.support.em))
+
+
+def _min_scores(left: Scores, right: Scores) -> Scores:
+    return Scores(min(left.precision, right.precision), min(left.recall, right.recall), min(left.f1, right.f1),
+                  min(left.em, right.em))
+
+
+def dire_question_result(
+    question_id: str,
+    num_hops: int,
+    gold_support: Iterable[int],
+    original_answer: Scores,
+    original_support: Scores,
+    probe_answers: Sequence[Scores],
+    probe_confidences: Sequence[float],
+    probe_supports: Sequence[Iterable[int]],
+) -> DireQuestionResult:
+    """Score one question's two probe predictions as DiRe does.
+
+    `probe_answers` are the answer scores of the two probe predictions. The probe answer is probe 0's if its
+    confidence is strictly higher, else probe 1's; the probe support is the union of both probes' predicted
+    supports, scored against all gold supporting paragraphs. Each score is then capped by the same score of the
+    prediction on the original question.
+    """
+    if len(probe_answers) != 2 or len(probe_confidences) != 2 or len(probe_supports) != 2:
+        raise ValueError(f"id {question_id!r}: DiRe needs exactly two probe predictions")
+    chosen = 0 if probe_confidences[0] > probe_confidences[1] else 1
+    probe_support = support_scores(set(probe_supports[0]) | set(probe_supports[1]), gold_support)
+    return DireQuestionResult(
+        id=question_id,
+        num_hops=num_hops,
+        answer=_min_scores(probe_answers[chosen], original_answer),
+        support=_min_scores(probe_support, original_support),
+    )
+
+
+def aggregate_dire(results: Sequence[DireQuestionResult]) -> dict[str, float]:
+    """Means of the DiRe answer, support and joint scores, overall and per hop count."""
+    metrics: dict[str, float] = {}
+    buckets: list[tuple[str, Sequence[DireQuestionResult]]] = [("", results)]
+    buckets += [(f"_{hops}hop", [r for r in results if _hop_bucket(r.num_hops) == hops]) for hops in HOP_BUCKETS]
+    for suffix, bucket in buckets:
+        if not bucket and suffix:
+            continue
+        joints = [result.joint for result in bucket]
+        metrics.update({
+            f"dire_answer_f1{suffix}": _mean([r.answer.f1 for r in bucket]),
+            f"dire_answer_em{suffix}": _mean([r.answer.em for r in bucket]),
+            f"dire_support_f1{suffix}": _mean([r.support.f1 for r in bucket]),
+            f"dire_support_em{suffix}": _mean([r.support.em for r in bucket]),
+            f"dire_joint_f1{suffix}": _mean([joint.f1 for joint in joints]),
+            f"dire_joint_em{suffix}": _mean([joint.em for joint in joints]),
+            f"dire_count{suffix}": float(len(bucket)),
+        })
+    return metrics
