@@ -168,19 +168,7 @@ def check_musique_full_pairs(examples: Iterable[_InstanceT], path: str | Path) -
 def read_hotpotqa(path: str | Path, dataset: str = "hotpotqa") -> Iterator[Example]:
     """Read HotpotQA distractor files (`hotpot_train_v1.1.json`, `hotpot_dev_distractor_v1.json`)."""
     for record in _records(Path(path), "hotpotqa", "_id"):
-        paragraphs = _context_paragraphs(record)
-        yield Example(
-            id=record.get("_id", str),
-            dataset=dataset,
-            question=record.get("question", str),
-            paragraphs=paragraphs,
-            answer=record.get("answer", str),
-            answer_aliases=[],
-            answerable=True,
-            decomposition=[],
-            num_hops=2,
-            question_type=record.get("type", str, optional=True, default=""),
-        )
+        yield _context_example(record, dataset, _context_paragraphs(record), decomposition=[])
 
 
 def read_2wiki(path: str | Path, dataset: str = "2wiki") -> Iterator[Example]:
@@ -191,19 +179,24 @@ def read_2wiki(path: str | Path, dataset: str = "2wiki") -> Iterator[Example]:
         for position, triple in enumerate(evidences):
             if not (isinstance(triple, list) and len(triple) == 3 and all(isinstance(x, str) for x in triple)):
                 raise record.error("expected [subject, relation, object] strings", f"evidences[{position}]")
-        decomposition = decomposition_from_evidences(evidences, paragraphs)
-        yield Example(
-            id=record.get("_id", str),
-            dataset=dataset,
-            question=record.get("question", str),
-            paragraphs=paragraphs,
-            answer=record.get("answer", str),
-            answer_aliases=[],
-            answerable=True,
-            decomposition=decomposition,
-            num_hops=len(decomposition) or 2,
-            question_type=record.get("type", str, optional=True, default=""),
-        )
+        yield _context_example(record, dataset, paragraphs, decomposition_from_evidences(evidences, paragraphs))
+
+
+def _context_example(record: _Record, dataset: str, paragraphs: list[Paragraph],
+                     decomposition: list[DecompositionStep]) -> Example:
+    """HotpotQA and 2Wiki questions are all answerable, have no aliases, and count as 2 hops without a decomposition."""
+    return Example(
+        id=record.get("_id", str),
+        dataset=dataset,
+        question=record.get("question", str),
+        paragraphs=paragraphs,
+        answer=record.get("answer", str),
+        answer_aliases=[],
+        answerable=True,
+        decomposition=decomposition,
+        num_hops=len(decomposition) or 2,
+        question_type=record.get("type", str, optional=True, default=""),
+    )
 
 
 def _context_paragraphs(record: _Record) -> list[Paragraph]:
