@@ -31,9 +31,10 @@ def test_dataset_configs_compose_and_instantiate(dataset: str, compose_train_cfg
     assert official.data_dir.parent == Path(cfg.paths.data_dir)
 
 
-def test_default_dataset_is_the_musique_ans_sample(compose_train_cfg) -> None:
+def test_embedded_default_is_select_answer_with_minilm_on_the_musique_ans_sample(compose_train_cfg) -> None:
     cfg = compose_train_cfg()
-    assert cfg.dataset.name == "musique_ans" and cfg.dataset.sample is True and cfg.get("model") is None
+    assert cfg.dataset.name == "musique_ans" and cfg.dataset.sample is True
+    assert cfg.model.name == "select_answer" and cfg.backbone.name == "minilm" and cfg.trainer.accelerator == "auto"
 
 
 def test_summary_command_prints_the_table(capsys, tmp_path: Path) -> None:
@@ -50,7 +51,7 @@ def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 def test_train_without_a_model_prints_the_summary_and_says_so(tmp_path: Path) -> None:
-    result = _run(["train.py"], tmp_path)
+    result = _run(["train.py", "~model"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "MuSiQue-Ans v1.0 [musique_ans] - shipped real sample" in result.stdout
     assert "No model is configured" in result.stderr + result.stdout

@@ -47,6 +47,9 @@ class DatasetSource:
         hub_path: a Hugging Face hub dataset whose rows have the official fields (users who are online).
         download_help: where users get the official files; shown when a file is missing.
         derived_sample: the shipped sample is derived data (not official); said in every summary.
+        include_title: models prepend paragraph titles to paragraph text (HotpotQA, 2Wiki).
+        yes_no_answers: the dataset has yes/no answers (models add an answer-type head).
+        paper_settings: model settings of the paper's setup for this dataset (epochs, top-K), read by configs.
     """
 
     def __init__(
@@ -66,6 +69,9 @@ class DatasetSource:
         hub_path: str | None = None,
         download_help: str = "",
         derived_sample: bool = False,
+        include_title: bool = False,
+        yes_no_answers: bool = False,
+        paper_settings: dict | None = None,
     ) -> None:
         if format not in READERS:
             raise ValueError(f"dataset {name!r}: unknown format {format!r}; expected one of {sorted(READERS)}")
@@ -84,6 +90,9 @@ class DatasetSource:
         self.hub_path = hub_path
         self.download_help = download_help
         self.derived_sample = derived_sample
+        self.include_title = include_title
+        self.yes_no_answers = yes_no_answers
+        self.paper_settings = dict(paper_settings or {})
 
     @property
     def splits(self) -> list[str]:

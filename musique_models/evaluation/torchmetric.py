@@ -37,7 +37,7 @@ def _scores(values: Sequence[float]) -> Scores:
     return Scores(*(float(value) for value in values))
 
 
-def _state_table(state: list[torch.Tensor] | torch.Tensor, width: int) -> torch.Tensor:
+def state_table(state: list[torch.Tensor] | torch.Tensor, width: int) -> torch.Tensor:
     """A list state before sync, a tensor after: either way one (rows, width) CPU table."""
     if isinstance(state, list):
         state = dim_zero_cat(state) if state else torch.zeros(0, width, dtype=torch.float64)
@@ -100,7 +100,7 @@ class MultihopQAMetric(Metric):
     def instance_results(self) -> list[InstanceResult]:
         """Per-instance results after syncing and de-duplication, in row order."""
         results = []
-        for values in _first_per_row(_state_table(self.instances, 10)).tolist():
+        for values in _first_per_row(state_table(self.instances, 10)).tolist():
             gold = self.golds[int(values[0])]
             results.append(InstanceResult(
                 row=gold.row, id=gold.id, num_hops=gold.num_hops, gold_answerable=gold.answerable,
@@ -149,9 +149,9 @@ class DireMetric(Metric):
             self.probes.append(torch.tensor(values, dtype=torch.float64, device=self.device))
 
     def compute(self) -> dict[str, torch.Tensor]:
-        probe_by_key = {int(values[0]): values for values in _first_per_row(_state_table(self.probes, 7)).tolist()}
+        probe_by_key = {int(values[0]): values for values in _first_per_row(state_table(self.probes, 7)).tolist()}
         results = []
-        for values in _first_per_row(_state_table(self.originals, 9)).tolist():
+        for values in _first_per_row(state_table(self.originals, 9)).tolist():
             gold = self.golds[int(values[0])]
             if not gold.answerable:
                 continue

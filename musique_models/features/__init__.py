@@ -1,0 +1,1 @@
+"""Featurisation: turn examples in the internal schema into model inputs (batched, cached `datasets.map`)."""

@@ -1,0 +1,1 @@
+"""Models: one LightningModule per file, all built on `backbone.py` and scored by `musique_models.evaluation`."""

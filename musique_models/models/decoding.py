@@ -1,0 +1,119 @@
+"""From per-window reader outputs to one official prediction per question (shared by every reader model).
+
+Each window contributes its best answer span (start + end logit, within the context, at most `max_answer_tokens`
+long), the support probability of each paragraph marker it holds, an answerability probability and answer-type
+probabilities. Per question: the best-scoring span over all windows (its text is the exact context substring),
+each paragraph's highest support probability, and the mean answerability and answer-type probabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from musique_models.evaluation.predictions import Prediction
+from musique_models.features.context import ANSWER_TYPES
+
+# Columns of the per-window table that crosses processes (floats): see `window_outputs`.
+WINDOW_COLUMNS = ("feature_row", "example_row", "span_score", "char_start", "char_end", "answerable_prob",
+                  "type_span", "type_yes", "type_no")
+MARKER_COLUMNS = ("feature_row", "example_row", "paragraph_idx", "support_prob")
+
+
+def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, offsets: torch.Tensor,
+               max_answer_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Best (start, end) token pair per window: both in the context and in the same paragraph (no marker
+    between them), end >= start, at most `max_answer_tokens` long.
+
+    Shapes: logits (windows, tokens), offsets (windows, tokens, 2) with -1 outside the context.
+    Returns score, start and end token index, each (windows,).
+    """
+    in_context = offsets[..., 0] >= 0  # (windows, tokens); markers, question and special tokens are not
+    # a span may not cross a marker: tokens between two non-context tokens form one segment
+    segment = torch.cumsum(~in_context, dim=1)  # (windows, tokens)
+    scores = start_logits[:, :, None] + end_logits[:, None, :]  # (windows, start, end)
+    tokens = start_logits.shape[1]
+    span_length = torch.arange(tokens)[None, :] - torch.arange(tokens)[:, None]  # end - start
+    allowed = (span_length >= 0) & (span_length < max_answer_tokens)
+    allowed = (allowed[None] & in_context[:, :, None] & in_context[:, None, :]
+               & (segment[:, :, None] == segment[:, None, :]))
+    scores = scores.masked_fill(~allowed.to(scores.device), float("-inf"))
+    best = scores.flatten(1).argmax(dim=1)
+    return scores.flatten(1).gather(1, best[:, None]).squeeze(1), best // tokens, best % tokens
+
+
+def window_outputs(batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor],
+                   max_answer_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-window and per-marker tables (float64, columns `WINDOW_COLUMNS`, `MARKER_COLUMNS`) of a batch."""
+    offsets = batch["offset_mapping"]
+    score, start, end = best_spans(outputs["start_logits"].float(), outputs["end_logits"].float(), offsets,
+                                   max_answer_tokens)
+    rows = torch.arange(len(start), device=start.device)
+    char_start = offsets[rows, start, 0].double()
+    char_end = offsets[rows, end, 1].double()
+    no_span = torch.isinf(score)  # a window with no context token
+    char_start[no_span], char_end[no_span] = -1, -1
+    answerable = torch.sigmoid(outputs["answerable_logit"].float()).double()
+    types = torch.softmax(outputs["type_logits"].float(), dim=-1).double()
+    windows = torch.stack([batch["feature_row"].double(), batch["example_row"].double(),
+                           score.double().nan_to_num(neginf=-1e30), char_start, char_end, answerable,
+                           types[:, 0], types[:, 1], types[:, 2]], dim=1)
+    mask = batch["marker_mask"]
+    support = torch.sigmoid(outputs["support_logits"].float()).double()
+    markers = torch.stack([batch["feature_row"][:, None].expand_as(mask).double()[mask],
+                           batch["example_row"][:, None].expand_as(mask).double()[mask],
+                           batch["marker_paragraph_idx"].double()[mask], support[mask]], dim=1)
+    return windows, markers
+
+
+@dataclass
+class _Question:
+    span: tuple[float, int, int] = (float("-inf"), -1, -1)
+    answerable: list[float] = field(default_factory=list)
+    types: list[list[float]] = field(default_factory=list)
+    support: dict[int, float] = field(default_factory=dict)
+
+
+def decode_predictions(windows: torch.Tensor, markers: torch.Tensor, example_ids: Sequence[str],
+                       context_of: Callable[[int], str], *, support_threshold: float = 0.5,
+                       use_answerability: bool = False, use_answer_type: bool = False) -> list[Prediction]:
+    """One prediction per example row (rows 0..len(example_ids)-1, in order) from the gathered tables.
+
+    Repeated windows (DDP padding) are dropped by `feature_row`. `context_of(row)` rebuilds a row's context.
+    """
+    questions = [_Question() for _ in example_ids]
+    seen: set[int] = set()
+    for feature, row, score, char_start, char_end, answerable, *types in windows.tolist():
+        if int(feature) in seen:
+            continue
+        seen.add(int(feature))
+        question = questions[int(row)]
+        if char_start >= 0 and score > question.span[0]:
+            question.span = (score, int(char_start), int(char_end))
+        question.answerable.append(answerable)
+        question.types.append(types)
+    seen_markers: set[tuple[int, int]] = set()
+    for feature, row, idx, probability in markers.tolist():
+        key = (int(feature), int(idx))
+        if key in seen_markers:
+            continue
+        seen_markers.add(key)
+        support = questions[int(row)].support
+        support[int(idx)] = max(probability, support.get(int(idx), 0.0))
+    predictions = []
+    for row, (question_id, question) in enumerate(zip(example_ids, questions)):
+        _, char_start, char_end = question.span
+        answer = context_of(row)[char_start:char_end] if char_start >= 0 else ""
+        if use_answer_type and question.types:
+            mean_types = [sum(column) / len(question.types) for column in zip(*question.types)]
+            chosen = max(range(len(ANSWER_TYPES)), key=mean_types.__getitem__)
+            answer = answer if chosen == 0 else ANSWER_TYPES[chosen]
+        answerable = True
+        if use_answerability and question.answerable:
+            answerable = sum(question.answerable) / len(question.answerable) > 0.5
+        support = sorted(idx for idx, probability in question.support.items() if probability > support_threshold)
+        predictions.append(Prediction(id=question_id, predicted_answer=answer, predicted_support_idxs=support,
+                                      predicted_answerable=answerable))
+    return predictions

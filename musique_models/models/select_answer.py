@@ -1,0 +1,135 @@
+"""Select+Answer (Trivedi et al., 2022): a paragraph selector ranks every paragraph, then an answerer reads the top K.
+
+`model=select_answer` runs both stages in one command: fit the selector, rank the training and evaluation
+splits with it, fit the answerer on the selector's own top-K over the training set, predict the evaluation
+split. Each stage keeps its checkpoints and metrics in its own folder of the run; a trained selector can be
+reused with `model.selector_checkpoint=PATH`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import datasets
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from musique_models.evaluation.predictions import Prediction
+from musique_models.features.answerer import featurize_answerer, ordered_paragraphs
+from musique_models.features.context import build_context
+from musique_models.features.selector import featurize_selector
+from musique_models.io import write_json
+from musique_models.models.answerer import MultiParagraphAnswerer
+from musique_models.models.backbone import BackboneSpec, load_tokenizer
+from musique_models.models.selector import ParagraphSelector, RankingMetric, rank_paragraphs
+from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.training.stage import predict, run_stage
+
+log = logging.getLogger(__name__)
+
+
+class ContextBuilder:
+    """Rebuilds the answerer's context of an evaluation row (picklable, for DDP spawn)."""
+
+    def __init__(self, table: datasets.Dataset, include_title: bool) -> None:
+        self.table = table
+        self.include_title = include_title
+
+    def __call__(self, row: int) -> str:
+        example = self.table[row]
+        return build_context(ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), self.include_title)[0]
+
+
+class SelectAnswer:
+    """The two-stage recipe; see the module docstring. `selector` and `answerer` hold each stage's settings."""
+
+    def __init__(self, selector: DictConfig, answerer: DictConfig, top_k: int, selector_checkpoint: str | None = None,
+                 eval_batch_size: int = 32, num_workers: int = 0, name: str = "select_answer") -> None:
+        self.name = name
+        self.selector_cfg = selector
+        self.answerer_cfg = answerer
+        self.top_k = top_k
+        self.selector_checkpoint = selector_checkpoint
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+
+    def _datamodule(self, stage_cfg: DictConfig, tokenizer: Any, seed: int, train: datasets.Dataset | None,
+                    evaluation: datasets.Dataset | None, predict_on: datasets.Dataset | None = None) -> QADataModule:
+        return QADataModule(train, evaluation, predict_on, tokenizer.pad_token_id, batch_size=stage_cfg.micro_batch_size,
+                            eval_batch_size=self.eval_batch_size, num_workers=self.num_workers, seed=seed)
+
+    def run(self, context: Any) -> list[Prediction]:
+        cfg, run_dir = context.cfg, context.run_dir
+        backbone: BackboneSpec = instantiate(cfg.backbone)
+        tokenizer = load_tokenizer(backbone)
+        cache = f"{cfg.paths.cache_dir}/features"
+        include_title = bool(cfg.dataset.get("include_title", False))
+        selector_settings = {"max_length": min(self.selector_cfg.max_length, backbone.max_length),
+                             "include_title": include_title, "seed": cfg.seed}
+
+        # Stage 1: the selector, trained on balanced pairs, validated on every paragraph.
+        train_pairs = featurize(context.train, featurize_selector, tokenizer, cache, "selector-train",
+                                balanced=True, **selector_settings)
+        eval_pairs = featurize(context.evaluation, featurize_selector, tokenizer, cache, "selector-eval",
+                               balanced=False, **selector_settings)
+        if self.selector_checkpoint:
+            selector = ParagraphSelector.load_from_checkpoint(self.selector_checkpoint, map_location="cpu")
+        else:
+            selector = ParagraphSelector(backbone, len(tokenizer), top_k=self.top_k, lr=self.selector_cfg.lr,
+                                         warmup_ratio=self.selector_cfg.warmup_ratio)
+            # No separate test pass: the best selector's metrics come from ranking the evaluation split below.
+            result = run_stage("selector", selector,
+                               self._datamodule(self.selector_cfg, tokenizer, cfg.seed, train_pairs, eval_pairs),
+                               cfg, self.selector_cfg, run_dir, monitor="val/recall_at_k", shared_loggers=context.loggers,
+                               test=False)
+            selector = ParagraphSelector.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
+
+        # Rank every paragraph of both splits with the (best) selector.
+        all_train_pairs = featurize(context.train, featurize_selector, tokenizer, cache, "selector-rank-train",
+                                    balanced=False, **selector_settings)
+        selected = {}
+        for split, pairs, table in (("train", all_train_pairs, context.train), ("eval", eval_pairs, context.evaluation)):
+            outputs = predict(selector, self._datamodule(self.selector_cfg, tokenizer, cfg.seed, None, None, pairs), cfg)
+            columns = {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
+            rankings = rank_paragraphs(columns["example_row"].tolist(), columns["paragraph_idx"].tolist(),
+                                       columns["score"].tolist())
+            selected[split] = [rankings[row][: self.top_k] for row in range(len(table))]
+            ranking_metric = RankingMetric(ks=sorted({2, 3, 5, 7, self.top_k}))
+            ranking_metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
+            metrics = {name: float(value) for name, value in ranking_metric.compute().items()}
+            write_json(run_dir / "selector" / f"ranking_{split}.json",
+                       {"top_k": self.top_k, "metrics": metrics, "rankings": [rankings[row] for row in range(len(table))]})
+            if split == "eval":
+                for logger in context.loggers:
+                    logger.log_metrics({f"selector/test/{name}": value for name, value in metrics.items()})
+                log.info("selector on the evaluation split: %s", metrics)
+
+        # Stage 2: the answerer, on the selector's own top-K.
+        train_table = context.train.add_column("selected_idxs", selected["train"])
+        eval_table = context.evaluation.add_column("selected_idxs", selected["eval"])
+        answerer_settings = {"max_length": min(self.answerer_cfg.max_length, backbone.max_length),
+                             "stride": self.answerer_cfg.stride, "include_title": include_title}
+        train_windows = featurize(train_table, featurize_answerer, tokenizer, cache, "answerer-train", **answerer_settings)
+        eval_windows = featurize(eval_table, featurize_answerer, tokenizer, cache, "answerer-eval", **answerer_settings)
+        has_unanswerable = not all(context.evaluation["answerable"]) or not all(context.train["answerable"])
+        answerer = MultiParagraphAnswerer(
+            backbone, len(tokenizer), answerability_head=has_unanswerable,
+            answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)), lr=self.answerer_cfg.lr,
+            warmup_ratio=self.answerer_cfg.warmup_ratio, max_answer_tokens=self.answerer_cfg.max_answer_tokens)
+        context_of = ContextBuilder(eval_table, include_title)
+        answerer.eval_golds, answerer.eval_context_of = context.eval_golds, context_of
+        monitor = "val/group_answer_sufficiency_f1" if has_unanswerable else "val/answer_f1"
+        answerer_data = self._datamodule(self.answerer_cfg, tokenizer, cfg.seed, train_windows, eval_windows)
+        result = run_stage("answerer", answerer, answerer_data, cfg, self.answerer_cfg, run_dir, monitor=monitor,
+                           shared_loggers=context.loggers)
+
+        best = MultiParagraphAnswerer.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
+        outputs = predict(best, answerer_data, cfg)
+        windows = torch.cat([o[0] for o in outputs])
+        markers = torch.cat([o[1] for o in outputs])
+        return best.decode(windows, markers, context.eval_golds, context_of)
+
+

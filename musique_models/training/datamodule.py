@@ -1,0 +1,106 @@
+"""The QA datamodule: cached batched featurisation with the backbone's fast tokenizer, and length-bucketed loaders."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+from transformers import PreTrainedTokenizerFast
+
+from musique_models.training.loaders import BucketBatchSampler, PaddingCollator, ResumableDataLoader
+
+
+def featurize(table: datasets.Dataset, function: Callable[..., dict[str, Any]], tokenizer: PreTrainedTokenizerFast,
+              cache_dir: str | Path, name: str, batch_size: int = 256, **settings: Any) -> datasets.Dataset:
+    """`table.map(function, batched=True)` cached on disk, keyed by the input's fingerprint, the tokenizer,
+    the function and its settings; adds `feature_row` (the row's position), used to drop DDP repeats."""
+    key = json.dumps({"input": table._fingerprint, "function": f"{function.__module__}.{function.__qualname__}",
+                      "tokenizer": tokenizer.name_or_path, "vocab": len(tokenizer), "settings": settings,
+                      "version": 1}, sort_keys=True, default=str)
+    fingerprint = hashlib.sha256(key.encode()).hexdigest()[:24]
+    cache_file = Path(cache_dir) / f"{name}-{fingerprint}.arrow"
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    features = table.map(
+        function, batched=True, batch_size=batch_size, with_indices=True, remove_columns=table.column_names,
+        fn_kwargs={"tokenizer": tokenizer, **settings}, cache_file_name=str(cache_file), new_fingerprint=fingerprint,
+        desc=f"featurising {name}",
+    )
+    return features.add_column("feature_row", list(range(len(features))))
+
+
+class QADataModule(pl.LightningDataModule):
+    """Loaders over featurised splits: training batches bucketed by length, shuffled reproducibly per epoch
+    and resumable mid-epoch; evaluation and prediction batches sorted by length.
+
+    Args:
+        train, evaluation, predict: featurised `datasets.Dataset`s (any may be None).
+        pad_token_id: the tokenizer's padding id.
+        batch_size: training micro-batch size (the effective batch adds gradient accumulation).
+        eval_batch_size: evaluation and prediction batch size.
+        num_workers: DataLoader worker processes.
+        seed: seed of the training order.
+    """
+
+    def __init__(self, train: datasets.Dataset | None, evaluation: datasets.Dataset | None,
+                 predict: datasets.Dataset | None, pad_token_id: int, batch_size: int = 8,
+                 eval_batch_size: int = 32, num_workers: int = 0, seed: int = 42) -> None:
+        super().__init__()
+        self.train, self.evaluation, self.predict = train, evaluation, predict
+        self.collator = PaddingCollator(pad_token_id)
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.num_workers, self.seed = num_workers, seed
+        self._train_loader: ResumableDataLoader | None = None
+        self._train_position: dict[str, int] | None = None
+
+    @staticmethod
+    def _lengths(table: datasets.Dataset) -> list[int]:
+        return [len(ids) for ids in table["input_ids"]]
+
+    def _columns(self, table: datasets.Dataset) -> datasets.Dataset:
+        return table.with_format(None)
+
+    def _generator(self) -> torch.Generator:
+        # Each DataLoader iterator draws a worker seed from its generator; without one it draws from the global
+        # RNG and shifts the dropout stream, so a resumed run would no longer match an uninterrupted one.
+        return torch.Generator().manual_seed(self.seed)
+
+    def train_dataloader(self) -> DataLoader:
+        sampler = BucketBatchSampler(self._lengths(self.train), self.batch_size, shuffle=True, seed=self.seed)
+        self._train_loader = ResumableDataLoader(self._columns(self.train), sampler, collate_fn=self.collator,
+                                                 num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                                                 generator=self._generator())
+        if self._train_position is not None:
+            self._train_loader.load_state_dict(self._train_position)
+        return self._train_loader
+
+    # The training loader's position is saved and restored through the datamodule's own checkpoint hooks: the
+    # loader is built (for `estimated_stepping_batches`) before Lightning restores its loop state, so Lightning
+    # would not hand it its saved position. Restoring here happens before the loader's first batch is drawn.
+    def state_dict(self) -> dict[str, Any]:
+        return {"train_position": self._train_loader.state_dict()} if self._train_loader is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._train_position = state_dict.get("train_position")
+        if self._train_position is not None and self._train_loader is not None:
+            self._train_loader.load_state_dict(self._train_position)
+
+    def _ordered_loader(self, table: datasets.Dataset) -> DataLoader:
+        sampler = BucketBatchSampler(self._lengths(table), self.eval_batch_size, shuffle=False)
+        return DataLoader(self._columns(table), batch_sampler=sampler, collate_fn=self.collator,
+                          num_workers=self.num_workers, generator=self._generator())
+
+    def val_dataloader(self) -> DataLoader:
+        return self._ordered_loader(self.evaluation)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._ordered_loader(self.evaluation)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._ordered_loader(self.predict if self.predict is not None else self.evaluation)

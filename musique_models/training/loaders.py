@@ -1,0 +1,140 @@
+"""Batching: per-batch padding, length bucketing, and a DataLoader that resumes mid-epoch.
+
+Lightning saves the state of a training DataLoader that has `state_dict`/`load_state_dict` and restores it on
+resume, so a run killed mid-epoch continues with exactly the batches it had not seen yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Sampler
+
+# Tensor columns padded per batch; the value each is padded with.
+PAD_VALUES = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "offset_mapping": -1,
+              "marker_positions": 0, "marker_paragraph_idx": -1, "support_labels": 0.0}
+FLOAT_COLUMNS = {"support_labels", "label"}
+
+
+class PaddingCollator:
+    """Pads list columns to the longest row of the batch; adds `marker_mask` when markers are present."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        batch: dict[str, torch.Tensor] = {}
+        for key in rows[0]:
+            values = [row[key] for row in rows]
+            dtype = torch.float32 if key in FLOAT_COLUMNS else torch.long
+            if key in PAD_VALUES:
+                pad = self.pad_token_id if PAD_VALUES[key] is None else PAD_VALUES[key]
+                batch[key] = _pad(values, pad, dtype)
+            else:
+                batch[key] = torch.tensor(values, dtype=dtype)
+        if "marker_positions" in batch:
+            lengths = torch.tensor([len(row["marker_positions"]) for row in rows])
+            batch["marker_mask"] = torch.arange(batch["marker_positions"].shape[1])[None, :] < lengths[:, None]
+        return batch
+
+
+def _pad(values: list[list], pad: float, dtype: torch.dtype) -> torch.Tensor:
+    longest = max((len(value) for value in values), default=0)
+    if values and values[0] and isinstance(values[0][0], (list, tuple)):  # offset pairs
+        padded = [list(value) + [[pad, pad]] * (longest - len(value)) for value in values]
+        return torch.tensor(padded, dtype=dtype).reshape(len(values), longest, 2)
+    return torch.tensor([list(value) + [pad] * (longest - len(value)) for value in values], dtype=dtype)
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of rows of similar length (less padding), reproducible from `seed` and the epoch.
+
+    Training (`shuffle=True`): rows are shuffled, cut into chunks of `bucket_batches` batches, each chunk sorted
+    by length and cut into batches, and the batches shuffled. Evaluation: rows sorted by length, in order.
+    Under torch.distributed each rank takes every world-size-th batch; the list is padded with repeats so that
+    every rank gets as many batches (the metrics drop repeated rows).
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0,
+                 bucket_batches: int = 50) -> None:
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.bucket_batches = bucket_batches
+        self.epoch = 0
+        self.skip_batches = 0
+
+    def batches(self) -> list[list[int]]:
+        """All batches of the current epoch, in order."""
+        if not self.shuffle:
+            order = sorted(range(len(self.lengths)), key=self.lengths.__getitem__)
+            return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        chunk = self.batch_size * self.bucket_batches
+        batches = []
+        for start in range(0, len(order), chunk):
+            bucket = sorted(order[start:start + chunk], key=self.lengths.__getitem__)
+            batches += [bucket[i:i + self.batch_size] for i in range(0, len(bucket), self.batch_size)]
+        permutation = torch.randperm(len(batches), generator=generator).tolist()
+        return [batches[i] for i in permutation]
+
+    @staticmethod
+    def _world() -> tuple[int, int]:
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.batches()
+        rank, world = self._world()
+        if world > 1:
+            per_rank = math.ceil(len(batches) / world)
+            batches = (batches + batches[: per_rank * world - len(batches)])[rank::world]
+        batches = batches[self.skip_batches:]
+        self.skip_batches = 0
+        yield from batches
+
+    def __len__(self) -> int:
+        batches = (len(self.lengths) + self.batch_size - 1) // self.batch_size
+        return math.ceil(batches / self._world()[1])
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader over a `BucketBatchSampler` whose position in the epoch survives a checkpoint.
+
+    `state_dict` records the epoch being iterated and how many of its batches were handed out (Lightning does
+    not fetch ahead from a loader of known length, so that is the number trained on when a checkpoint is
+    written). Each new iterator starts the next epoch (a new shuffle), or the restored epoch minus the batches
+    already done.
+    """
+
+    def __init__(self, dataset: Any, batch_sampler: BucketBatchSampler, **kwargs: Any) -> None:
+        super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
+        self.epoch = -1
+        self.served = 0
+        self._next_epoch = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        sampler: BucketBatchSampler = self.batch_sampler  # type: ignore[assignment]
+        self.epoch = sampler.epoch = self._next_epoch
+        self._next_epoch += 1
+        self.served = sampler.skip_batches
+        for batch in super().__iter__():
+            self.served += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "batches_done": self.served}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        sampler: BucketBatchSampler = self.batch_sampler  # type: ignore[assignment]
+        if state["batches_done"] >= len(sampler):
+            self._next_epoch, sampler.skip_batches = state["epoch"] + 1, 0
+        else:
+            self._next_epoch, sampler.skip_batches = state["epoch"], state["batches_done"]

@@ -1,0 +1,116 @@
+"""One training stage: build the Trainer from the configs, fit (or resume), test the best checkpoint, predict."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
+from pytorch_lightning.loggers import Logger
+
+from musique_models.io import write_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageResult:
+    """What a finished stage leaves: its best checkpoint and the test metrics of that checkpoint."""
+
+    best_checkpoint: str
+    test_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _callbacks(cfg: DictConfig, checkpoint_dir: Path, monitor: str, mode: str) -> list[pl.Callback]:
+    callbacks = []
+    for name, callback_cfg in (cfg.get("callbacks") or {}).items():
+        if callback_cfg is None:
+            continue
+        overrides: dict[str, Any] = {}
+        if callback_cfg.get("monitor") is not None:
+            overrides.update(monitor=monitor, mode=mode)
+        if name == "model_checkpoint":
+            overrides["dirpath"] = str(checkpoint_dir)
+        if name == "step_checkpoint":
+            if not callback_cfg.get("every_n_train_steps"):
+                continue
+            overrides["dirpath"] = str(checkpoint_dir / "steps")
+        callback = instantiate(callback_cfg, **overrides)
+        if isinstance(callback, ProgressBar) and not cfg.trainer.get("enable_progress_bar", True):
+            continue
+        callbacks.append(callback)
+    return callbacks
+
+
+def _loggers(cfg: DictConfig, stage_dir: Path, shared: list[Logger]) -> list[Logger]:
+    loggers = list(shared)
+    for name, logger_cfg in (cfg.get("logger") or {}).items():
+        if logger_cfg is not None and name == "csv":
+            loggers.append(instantiate(logger_cfg, save_dir=str(stage_dir), name="csv"))
+    return loggers
+
+
+def resolve_resume_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
+    """`last` -> the newer of the stage's last.ckpt (written at validation) and steps/last.ckpt (every N steps),
+    or None to start fresh when neither exists; a path is used as given."""
+    if ckpt_path is None:
+        return None
+    if ckpt_path == "last":
+        candidates = [path for path in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps" / "last.ckpt")
+                      if path.exists()]
+        return str(max(candidates, key=lambda path: path.stat().st_mtime_ns)) if candidates else None
+    return ckpt_path
+
+
+def build_trainer(cfg: DictConfig, stage_cfg: DictConfig, callbacks: list[pl.Callback], loggers: list[Logger],
+                  stage_dir: Path) -> pl.Trainer:
+    """The Trainer of `cfg.trainer` with this stage's epochs and gradient accumulation."""
+    overrides = {key: stage_cfg[key] for key in ("max_epochs", "accumulate_grad_batches") if stage_cfg.get(key)}
+    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(stage_dir),
+                       **overrides)
+
+
+def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig,
+              stage_cfg: DictConfig, run_dir: Path, monitor: str, mode: str = "max",
+              shared_loggers: list[Logger] = (), test: bool = True) -> StageResult:
+    """Fit `module` as stage `name` in `run_dir/name`, resuming when `cfg.ckpt_path` says so, then test the
+    best checkpoint (when `test` and `cfg.test`). A finished stage writes `stage.json`; running again with
+    `ckpt_path=last` skips it."""
+    stage_dir = run_dir / name
+    marker = stage_dir / "stage.json"
+    if cfg.get("ckpt_path") and marker.exists():
+        finished = json.loads(marker.read_text())
+        log.info("stage %s already finished in %s: reusing %s", name, stage_dir, finished["best_checkpoint"])
+        return StageResult(finished["best_checkpoint"], finished["test_metrics"])
+    checkpoint_dir = stage_dir / "checkpoints"
+    callbacks = _callbacks(cfg, checkpoint_dir, monitor, mode)
+    trainer = build_trainer(cfg, stage_cfg, callbacks, _loggers(cfg, stage_dir, list(shared_loggers)), stage_dir)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_resume_path(cfg.get("ckpt_path"), checkpoint_dir))
+    checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor is not None), None)
+    best = (checkpoint.best_model_path or checkpoint.last_model_path) if checkpoint else ""
+    if not best:
+        best = str(checkpoint_dir / "final.ckpt")
+        trainer.save_checkpoint(best)
+    test_metrics: dict[str, float] = {}
+    if test and cfg.get("test", True):
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)
+        test_metrics = {key: float(value) for key, value in (results[0] if results else {}).items()}
+    result = StageResult(best, test_metrics)
+    write_json(marker, {"best_checkpoint": best, "test_metrics": test_metrics})
+    return result
+
+
+def predict(module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig) -> list[Any]:
+    """Run prediction in this process on one device (the loaders cover the whole split, so nothing is lost)."""
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer = pl.Trainer(accelerator=trainer_cfg.get("accelerator", "auto"), devices=1,
+                         precision=trainer_cfg.get("precision", "32-true"), logger=False,
+                         enable_progress_bar=bool(trainer_cfg.get("enable_progress_bar", True)),
+                         enable_model_summary=False)
+    return trainer.predict(module, datamodule=datamodule)

@@ -1,0 +1,117 @@
+"""Featurisation labels map back to the exact answer text; decoding returns exact context substrings."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from musique_models import PROJECT_ROOT
+from musique_models.data.source import DatasetSource
+from musique_models.features.answerer import featurize_answerer, ordered_paragraphs
+from musique_models.features.context import build_context
+from musique_models.features.selector import featurize_selector
+from musique_models.models.backbone import PARAGRAPH_MARKER, load_tokenizer
+from musique_models.models.decoding import best_spans, decode_predictions, window_outputs
+from musique_models.training.datamodule import featurize
+from musique_models.training.loaders import PaddingCollator
+from tests.conftest import SAMPLES
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/minilm.yaml")))
+
+
+def _table(tmp_path: Path, relative: str, data_format: str, rows: int):
+    source = DatasetSource(name="t", display_name="t", format=data_format, files={"dev": str(SAMPLES / relative)},
+                           data_dir="/", cache_dir=str(tmp_path))
+    table = source.load("dev").select(range(rows))
+    rng = random.Random(0)
+    selected = []
+    for paragraphs in table["paragraphs"]:
+        idxs = [p["idx"] for p in paragraphs]
+        rng.shuffle(idxs)
+        selected.append(idxs[:7])
+    return table.add_column("selected_idxs", selected)
+
+
+@pytest.mark.parametrize(("relative", "data_format", "include_title"), [
+    ("musique_full/dev_derived.jsonl", "musique", False), ("hotpotqa/dev.json", "hotpotqa", True)])
+def test_answer_labels_point_at_the_answer_text(tokenizer, tmp_path: Path, relative, data_format, include_title) -> None:
+    table = _table(tmp_path, relative, data_format, 40)
+    windows = featurize(table, featurize_answerer, tokenizer, tmp_path / "features", "answerer",
+                        max_length=192, stride=64, include_title=include_title)
+    labelled = 0
+    for window in windows:
+        example = table[window["example_row"]]
+        context, spans = build_context(ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), include_title)
+        # every marker is a real [[PP]] and names a selected paragraph, with its gold support flag
+        assert all(window["input_ids"][p] == tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER) for p in window["marker_positions"])
+        assert set(window["marker_paragraph_idx"]) <= set(example["selected_idxs"])
+        supporting = {p["idx"] for p in example["paragraphs"] if p["is_supporting"]}
+        assert window["support_labels"] == [float(i in supporting) for i in window["marker_paragraph_idx"]]
+        if window["start_position"]:
+            start = window["offset_mapping"][window["start_position"]][0]
+            end = window["offset_mapping"][window["end_position"]][1]
+            assert context[start:end].lower() in [a.lower() for a in [example["answer"], *example["answer_aliases"]]]
+            labelled += 1
+    assert labelled >= 10
+
+
+def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path) -> None:
+    table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 12)
+    windows = featurize(table, featurize_answerer, tokenizer, tmp_path / "features", "answerer",
+                        max_length=128, stride=32, include_title=False)
+    batch = PaddingCollator(tokenizer.pad_token_id)([windows[i] for i in range(len(windows))])
+    generator = torch.Generator().manual_seed(0)
+    shape = batch["input_ids"].shape
+    # long answers allowed and logits favouring tokens right after markers, so that spans would cross markers
+    boost = torch.zeros(shape)
+    for window, positions in enumerate(batch["marker_positions"].tolist()):
+        for position in positions:
+            boost[window, max(position - 2, 0)] += 5.0
+            boost[window, min(position + 2, shape[1] - 1)] += 5.0
+    outputs = {"start_logits": torch.randn(shape, generator=generator) + boost,
+               "end_logits": torch.randn(shape, generator=generator) + boost,
+               "support_logits": torch.randn(batch["marker_positions"].shape, generator=generator),
+               "answerable_logit": torch.randn(shape[0], generator=generator),
+               "type_logits": torch.randn(shape[0], 3, generator=generator)}
+    score, start, end = best_spans(outputs["start_logits"], outputs["end_logits"], batch["offset_mapping"], 30)
+    in_context = batch["offset_mapping"][..., 0] >= 0
+    rows = torch.arange(len(start))
+    assert bool((end >= start).all() and (end - start < 30).all())
+    assert bool(in_context[rows, start].all() and in_context[rows, end].all())
+    for window in range(len(start)):  # no marker (or other non-context token) inside a span
+        assert bool(in_context[window, start[window]:end[window] + 1].all())
+    window_table, marker_table = window_outputs(batch, outputs, 30)
+
+    def context_of(row: int) -> str:
+        example = table[row]
+        return build_context(ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), False)[0]
+
+    predictions = decode_predictions(window_table, marker_table, table["id"], context_of)
+    assert [p.id for p in predictions] == table["id"]
+    for row, prediction in enumerate(predictions):
+        assert prediction.predicted_answer and prediction.predicted_answer in context_of(row)
+        assert PARAGRAPH_MARKER not in prediction.predicted_answer
+        assert set(prediction.predicted_support_idxs) <= set(table[row]["selected_idxs"])
+    # DDP padding repeats a window: the decoded predictions must not change
+    repeated = decode_predictions(torch.cat([window_table, window_table[:3]]), torch.cat([marker_table, marker_table[:5]]),
+                                  table["id"], context_of)
+    assert repeated == predictions
+
+
+def test_selector_pairs_balanced_and_complete(tokenizer, tmp_path: Path) -> None:
+    table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 10)
+    balanced = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128, balanced=True,
+                         include_title=False, seed=1)
+    complete = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128, balanced=False,
+                         include_title=False, seed=1)
+    assert len(complete) == 200 and sum(complete["label"]) == sum(len(ex) for ex in [[p for p in ps if p["is_supporting"]] for ps in table["paragraphs"]])
+    assert sum(balanced["label"]) * 2 == len(balanced)
+    assert max(len(ids) for ids in complete["input_ids"]) <= 128

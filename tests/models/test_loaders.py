@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import torch
+
+from musique_models.training.loaders import BucketBatchSampler, PaddingCollator, ResumableDataLoader
+
+
+def _loader(lengths: list[int]) -> ResumableDataLoader:
+    rows = [{"input_ids": list(range(1, n + 1)), "label": 1.0} for n in lengths]
+    return ResumableDataLoader(rows, BucketBatchSampler(lengths, 4, shuffle=True, seed=5, bucket_batches=2),
+                               collate_fn=PaddingCollator(0), generator=torch.Generator().manual_seed(0))
+
+
+def _epoch(loader) -> list[list[int]]:
+    return [batch["input_ids"][:, 0].tolist() and batch["input_ids"].ne(0).sum(1).tolist() for batch in loader]
+
+
+def test_each_row_once_per_epoch_new_order_each_epoch_and_little_padding() -> None:
+    lengths = [5 + (i * 37) % 60 for i in range(40)]
+    loader = _loader(lengths)
+    first, second = _epoch(loader), _epoch(loader)
+    assert sorted(n for batch in first for n in batch) == sorted(lengths) == sorted(n for b in second for n in b)
+    assert first != second
+    # bucketing: within a batch lengths are close (sorted inside chunks of 2 batches)
+    spread = sum(max(batch) - min(batch) for batch in first) / len(first)
+    assert spread < 30
+
+
+def test_position_restores_mid_epoch_and_after_an_epoch() -> None:
+    lengths = [5 + (i * 37) % 60 for i in range(40)]
+    reference = _loader(lengths)
+    epochs = [_epoch(reference), _epoch(reference)]
+    interrupted = _loader(lengths)
+    iterator = iter(interrupted)
+    seen = [next(iterator)["input_ids"].ne(0).sum(1).tolist() for _ in range(3)]
+    state = interrupted.state_dict()
+    assert state == {"epoch": 0, "batches_done": 3} and seen == epochs[0][:3]
+    resumed = _loader(lengths)
+    resumed.load_state_dict(state)
+    assert _epoch(resumed) == epochs[0][3:] and _epoch(resumed) == epochs[1]
+    finished = _loader(lengths)
+    finished.load_state_dict({"epoch": 0, "batches_done": 10})  # the whole first epoch was done
+    assert _epoch(finished) == epochs[1]
+
+
+def test_collator_pads_and_masks_markers() -> None:
+    batch = PaddingCollator(pad_token_id=7)([
+        {"input_ids": [1, 2, 3], "marker_positions": [1], "support_labels": [1.0], "offset_mapping": [[0, 1], [1, 2], [2, 3]]},
+        {"input_ids": [1], "marker_positions": [0, 0], "support_labels": [0.0, 1.0], "offset_mapping": [[0, 1]]},
+    ])
+    assert batch["input_ids"].tolist() == [[1, 2, 3], [1, 7, 7]]
+    assert batch["marker_mask"].tolist() == [[True, False], [True, True]]
+    assert batch["offset_mapping"][1].tolist() == [[0, 1], [-1, -1], [-1, -1]]
+    assert batch["support_labels"].dtype == torch.float32

@@ -1,0 +1,79 @@
+"""train.py end to end on every dataset sample with a tiny random backbone, and its outputs accepted by evaluate.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+
+from musique_models import PROJECT_ROOT
+from musique_models.models.backbone import BackboneSpec
+from musique_models.models.select_answer import SelectAnswer
+from musique_models.training.pipeline import train
+from tests.conftest import DATASET_CONFIGS, SAMPLES
+
+MODELS = ["select_answer"]
+BACKBONES = ["minilm", "tiny", "roberta_large", "longformer_large", "deberta_v3_large"]
+TINY_RUN = ["backbone=tiny", "dataset.sample=true", "dataset.train_size=12", "eval_size=10",
+            "trainer.enable_progress_bar=false", "model.eval_batch_size=64"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("dataset", DATASET_CONFIGS)
+def test_every_model_and_dataset_config_composes_and_instantiates(model: str, dataset: str, compose_train_cfg) -> None:
+    cfg = compose_train_cfg([f"model={model}", f"dataset={dataset}"])
+    recipe = instantiate(cfg.model, _recursive_=False)
+    assert isinstance(recipe, SelectAnswer) and recipe.top_k == cfg.dataset.paper_settings.answerer_top_k
+    assert recipe.selector_cfg.max_epochs == {"musique_ans": 3, "musique_full": 3}.get(dataset, 10)
+    trainer = instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
+    assert trainer.gradient_clip_val == 1.0 and trainer.max_epochs == 3
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_backbone_configs_instantiate(backbone: str, compose_train_cfg) -> None:
+    spec = instantiate(compose_train_cfg([f"backbone={backbone}"]).backbone)
+    assert isinstance(spec, BackboneSpec) and spec.name == backbone
+    if spec.source == "hub":
+        assert "/" in spec.path  # a hub name, only resolved when a user is online
+    else:
+        assert Path(spec.model_dir(), "config.json").exists()  # packaged MiniLM, sha256 checked
+
+
+@pytest.mark.parametrize("dataset", DATASET_CONFIGS)
+def test_fast_dev_run_select_answer_on_every_sample(dataset: str, compose_train_cfg, tmp_path: Path) -> None:
+    cfg = compose_train_cfg([f"dataset={dataset}", "trainer.fast_dev_run=true", *TINY_RUN])
+    train(cfg)
+    run = tmp_path / "run"
+    predictions = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    metrics = json.loads((run / "metrics.json").read_text())
+    rows_per_question = 2 if dataset == "musique_full" else 1
+    assert len(predictions) == 10 * rows_per_question
+    assert set(predictions[0]) == {"id", "predicted_answer", "predicted_support_idxs", "predicted_answerable"}
+    assert 0.0 <= metrics["answer_f1"] <= 1.0 and ("group_answer_sufficiency_f1" in metrics) == (dataset == "musique_full")
+    assert (run / "selector" / "stage.json").exists() and (run / "answerer" / "stage.json").exists()
+    ranking = json.loads((run / "selector" / "ranking_eval.json").read_text())
+    assert len(ranking["rankings"]) == 10 * rows_per_question
+
+
+def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    common = [f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/run"]
+    result = subprocess.run(
+        [sys.executable, "train.py", "dataset=hotpotqa_20k", "backbone=tiny", "dataset.sample=true",
+         "dataset.train_size=12", "model.selector.max_epochs=1", "model.answerer.max_epochs=1",
+         "trainer.enable_progress_bar=false", *common],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run"
+    evaluated = subprocess.run(
+        [sys.executable, "evaluate.py", f"predictions={run}/predictions.jsonl", f"gold={SAMPLES}/hotpotqa/dev.json",
+         f"output={tmp_path}/metrics.json", f"paths.log_dir={tmp_path}/logs"],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads((run / "metrics.json").read_text())
+    assert (run / "config.yaml").exists() and list((run / "answerer" / "csv").rglob("metrics.csv"))
