@@ -10,3 +10,10 @@ __version__ = "0.1.0"
 import os as _os
 
 _os.environ.setdefault("PROJECT_ROOT", str(PROJECT_ROOT))
+
+from omegaconf import OmegaConf as _OmegaConf  # noqa: E402
+
+# `${on_sample:${dataset.sample},A,B}` is A on the shipped samples (a few hundred questions) and B on the official
+# files: the samples need small batches to get enough optimizer steps, the paper's settings need its batches.
+if not _OmegaConf.has_resolver("on_sample"):
+    _OmegaConf.register_new_resolver("on_sample", lambda sample, on_sample, on_full: on_sample if sample else on_full)

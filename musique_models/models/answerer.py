@@ -80,23 +80,27 @@ class MultiParagraphAnswerer(QAModule):
         return self(batch["input_ids"], batch["attention_mask"], batch["marker_positions"], batch.get("token_type_ids"))
 
     def loss(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Sum of the head losses, each masked as the module docstring says."""
+        """Sum of the head losses, each masked as the module docstring says.
+
+        Masked means weighted by 0, never skipped: every head stays in the graph, so that under DDP every rank
+        produces a gradient for every parameter even when its batch holds no answerable window.
+        """
         answerable = batch["answerable"].bool()
-        span_rows = answerable & (batch["answer_type"] == 0)
-        loss = outputs["start_logits"].new_zeros(())
-        if span_rows.any():
-            cross_entropy = nn.functional.cross_entropy
-            loss = loss + (cross_entropy(outputs["start_logits"][span_rows], batch["start_position"][span_rows])
-                           + cross_entropy(outputs["end_logits"][span_rows], batch["end_position"][span_rows])) / 2
-        support_mask = batch["marker_mask"] & answerable[:, None]
-        if support_mask.any():
-            loss = loss + nn.functional.binary_cross_entropy_with_logits(
-                outputs["support_logits"][support_mask], batch["support_labels"][support_mask])
+        span_rows = (answerable & (batch["answer_type"] == 0)).float()  # (B,)
+        cross_entropy = nn.functional.cross_entropy
+        span = (cross_entropy(outputs["start_logits"], batch["start_position"], reduction="none")
+                + cross_entropy(outputs["end_logits"], batch["end_position"], reduction="none")) / 2  # (B,)
+        loss = _masked_mean(span, span_rows)
+        support_mask = (batch["marker_mask"] & answerable[:, None]).float()  # (B, M)
+        support = nn.functional.binary_cross_entropy_with_logits(
+            outputs["support_logits"], batch["support_labels"], reduction="none")  # (B, M)
+        loss = loss + _masked_mean(support, support_mask)
         if self.answerability_head:
             loss = loss + nn.functional.binary_cross_entropy_with_logits(outputs["answerable_logit"],
                                                                          batch["answerable"].float())
-        if self.answer_type_head and answerable.any():
-            loss = loss + nn.functional.cross_entropy(outputs["type_logits"][answerable], batch["answer_type"][answerable])
+        if self.answer_type_head:
+            types = cross_entropy(outputs["type_logits"], batch["answer_type"], reduction="none")  # (B,)
+            loss = loss + _masked_mean(types, answerable.float())
         return loss
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -120,18 +124,6 @@ class MultiParagraphAnswerer(QAModule):
             if not name.startswith("count"):
                 self.log(f"{stage}/{name}", value, prog_bar=name == "answer_f1")
 
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluation_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._evaluation_epoch_end("val")
-
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluation_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._evaluation_epoch_end("test")
-
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         return window_outputs(batch, self._outputs(batch), self.max_answer_tokens)
 
@@ -141,6 +133,11 @@ class MultiParagraphAnswerer(QAModule):
         return decode_predictions(windows, markers, [gold.id for gold in golds], context_of,
                                   support_threshold=self.support_threshold,
                                   use_answerability=self.answerability_head, use_answer_type=self.answer_type_head)
+
+
+def _masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` over the entries with weight 1 (0 when there are none), keeping `values` in the graph."""
+    return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
 class WindowOutputCollector(Metric):

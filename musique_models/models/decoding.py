@@ -1,7 +1,7 @@
 """From per-window reader outputs to one official prediction per question (shared by every reader model).
 
-Each window contributes its best answer span (start + end logit, within the context, at most `max_answer_tokens`
-long), the support probability of each paragraph marker it holds, an answerability probability and answer-type
+Each window contributes its best answer span (start + end logit among the 20 best starts and ends, within one
+paragraph, at most `max_answer_tokens` long), the support probability of each paragraph marker it holds, an answerability probability and answer-type
 probabilities. Per question: the best-scoring span over all windows (its text is the exact context substring),
 each paragraph's highest support probability, and the mean answerability and answer-type probabilities.
 """
@@ -23,25 +23,26 @@ MARKER_COLUMNS = ("feature_row", "example_row", "paragraph_idx", "support_prob")
 
 
 def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, offsets: torch.Tensor,
-               max_answer_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               max_answer_tokens: int, n_best: int = 20) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Best (start, end) token pair per window: both in the context and in the same paragraph (no marker
     between them), end >= start, at most `max_answer_tokens` long.
 
+    As HF `run_qa`, only the `n_best` highest start and end logits are paired (memory O(n_best^2), not O(T^2)).
     Shapes: logits (windows, tokens), offsets (windows, tokens, 2) with -1 outside the context.
-    Returns score, start and end token index, each (windows,).
+    Returns score (-inf when a window has no valid span), start and end token index, each (windows,).
     """
     in_context = offsets[..., 0] >= 0  # (windows, tokens); markers, question and special tokens are not
-    # a span may not cross a marker: tokens between two non-context tokens form one segment
-    segment = torch.cumsum(~in_context, dim=1)  # (windows, tokens)
-    scores = start_logits[:, :, None] + end_logits[:, None, :]  # (windows, start, end)
-    tokens = start_logits.shape[1]
-    span_length = torch.arange(tokens)[None, :] - torch.arange(tokens)[:, None]  # end - start
-    allowed = (span_length >= 0) & (span_length < max_answer_tokens)
-    allowed = (allowed[None] & in_context[:, :, None] & in_context[:, None, :]
-               & (segment[:, :, None] == segment[:, None, :]))
-    scores = scores.masked_fill(~allowed.to(scores.device), float("-inf"))
-    best = scores.flatten(1).argmax(dim=1)
-    return scores.flatten(1).gather(1, best[:, None]).squeeze(1), best // tokens, best % tokens
+    segment = torch.cumsum(~in_context, dim=1)  # (windows, tokens): a marker starts a new segment
+    n = min(n_best, start_logits.shape[1])
+    start_scores, starts = start_logits.masked_fill(~in_context, float("-inf")).topk(n, dim=1)  # (windows, n)
+    end_scores, ends = end_logits.masked_fill(~in_context, float("-inf")).topk(n, dim=1)  # (windows, n)
+    length = ends[:, None, :] - starts[:, :, None]  # (windows, n, n)
+    same_segment = segment.gather(1, starts)[:, :, None] == segment.gather(1, ends)[:, None, :]
+    valid = (length >= 0) & (length < max_answer_tokens) & same_segment
+    scores = (start_scores[:, :, None] + end_scores[:, None, :]).masked_fill(~valid, float("-inf"))
+    best = scores.flatten(1).argmax(dim=1)  # (windows,)
+    rows = torch.arange(len(best), device=best.device)
+    return scores.flatten(1)[rows, best], starts[rows, best // n], ends[rows, best % n]
 
 
 def window_outputs(batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor],

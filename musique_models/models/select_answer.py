@@ -9,7 +9,6 @@ reused with `model.selector_checkpoint=PATH`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import datasets
@@ -58,8 +57,10 @@ class SelectAnswer:
 
     def _datamodule(self, stage_cfg: DictConfig, tokenizer: Any, seed: int, train: datasets.Dataset | None,
                     evaluation: datasets.Dataset | None, predict_on: datasets.Dataset | None = None) -> QADataModule:
+        segment_sep_id = tokenizer.sep_token_id if "token_type_ids" in tokenizer.model_input_names else None
         return QADataModule(train, evaluation, predict_on, tokenizer.pad_token_id, batch_size=stage_cfg.micro_batch_size,
-                            eval_batch_size=self.eval_batch_size, num_workers=self.num_workers, seed=seed)
+                            eval_batch_size=self.eval_batch_size, num_workers=self.num_workers, seed=seed,
+                            segment_sep_id=segment_sep_id)
 
     def run(self, context: Any) -> list[Prediction]:
         cfg, run_dir = context.cfg, context.run_dir
@@ -80,14 +81,12 @@ class SelectAnswer:
         else:
             selector = ParagraphSelector(backbone, len(tokenizer), top_k=self.top_k, lr=self.selector_cfg.lr,
                                          warmup_ratio=self.selector_cfg.warmup_ratio)
-            # No separate test pass: the best selector's metrics come from ranking the evaluation split below.
             result = run_stage("selector", selector,
                                self._datamodule(self.selector_cfg, tokenizer, cfg.seed, train_pairs, eval_pairs),
-                               cfg, self.selector_cfg, run_dir, monitor="val/recall_at_k", shared_loggers=context.loggers,
-                               test=False)
+                               cfg, self.selector_cfg, run_dir, monitor="val/recall_at_k", shared_loggers=context.loggers)
             selector = ParagraphSelector.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
 
-        # Rank every paragraph of both splits with the (best) selector.
+        # Rank every paragraph of both splits with the best selector (its test: recall@K on the evaluation split).
         all_train_pairs = featurize(context.train, featurize_selector, tokenizer, cache, "selector-rank-train",
                                     balanced=False, **selector_settings)
         selected = {}

@@ -66,18 +66,6 @@ class ParagraphSelector(QAModule):
             self.log(f"{stage}/{name}", value)
         self.log(f"{stage}/recall_at_k", metrics[f"recall_at_{self.top_k}"], prog_bar=True)
 
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluation_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._evaluation_epoch_end("val")
-
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluation_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._evaluation_epoch_end("test")
-
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         return {"example_row": batch["example_row"], "paragraph_idx": batch["paragraph_idx"],
                 "score": self._logits(batch).float(), "label": batch["label"]}

@@ -18,21 +18,40 @@ from musique_models.training.loaders import BucketBatchSampler, PaddingCollator,
 
 
 def featurize(table: datasets.Dataset, function: Callable[..., dict[str, Any]], tokenizer: PreTrainedTokenizerFast,
-              cache_dir: str | Path, name: str, batch_size: int = 256, **settings: Any) -> datasets.Dataset:
+              cache_dir: str | Path, name: str, batch_size: int = 256, features: datasets.Features | None = None,
+              **settings: Any) -> datasets.Dataset:
     """`table.map(function, batched=True)` cached on disk, keyed by the input's fingerprint, the tokenizer,
-    the function and its settings; adds `feature_row` (the row's position), used to drop DDP repeats."""
+    the function and its settings. Declared `features` spare `datasets` inferring the column types of every
+    batch."""
     key = json.dumps({"input": table._fingerprint, "function": f"{function.__module__}.{function.__qualname__}",
                       "tokenizer": tokenizer.name_or_path, "vocab": len(tokenizer), "settings": settings,
-                      "version": 1}, sort_keys=True, default=str)
+                      "version": 2}, sort_keys=True, default=str)
     fingerprint = hashlib.sha256(key.encode()).hexdigest()[:24]
     cache_file = Path(cache_dir) / f"{name}-{fingerprint}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     features = table.map(
         function, batched=True, batch_size=batch_size, with_indices=True, remove_columns=table.column_names,
         fn_kwargs={"tokenizer": tokenizer, **settings}, cache_file_name=str(cache_file), new_fingerprint=fingerprint,
-        desc=f"featurising {name}",
+        desc=f"featurising {name}", features=features or getattr(function, "output_features", None),
     )
-    return features.add_column("feature_row", list(range(len(features))))
+    return features
+
+
+class IndexedRows(torch.utils.data.Dataset):
+    """Rows of a featurised table, each with `feature_row` (its position), which metrics use to drop DDP repeats."""
+
+    def __init__(self, table: datasets.Dataset) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        return {**self.table[row], "feature_row": row}
+
+    def __getitems__(self, rows: list[int]) -> list[dict[str, Any]]:
+        columns = self.table[rows]
+        return [{**{key: values[i] for key, values in columns.items()}, "feature_row": row} for i, row in enumerate(rows)]
 
 
 class QADataModule(pl.LightningDataModule):
@@ -42,6 +61,8 @@ class QADataModule(pl.LightningDataModule):
     Args:
         train, evaluation, predict: featurised `datasets.Dataset`s (any may be None).
         pad_token_id: the tokenizer's padding id.
+        segment_sep_id: for encoders with segment ids (BERT), the separator id after which segment 1 starts;
+            used when the features carry no `token_type_ids`.
         batch_size: training micro-batch size (the effective batch adds gradient accumulation).
         eval_batch_size: evaluation and prediction batch size.
         num_workers: DataLoader worker processes.
@@ -50,10 +71,11 @@ class QADataModule(pl.LightningDataModule):
 
     def __init__(self, train: datasets.Dataset | None, evaluation: datasets.Dataset | None,
                  predict: datasets.Dataset | None, pad_token_id: int, batch_size: int = 8,
-                 eval_batch_size: int = 32, num_workers: int = 0, seed: int = 42) -> None:
+                 eval_batch_size: int = 32, num_workers: int = 0, seed: int = 42,
+                 segment_sep_id: int | None = None) -> None:
         super().__init__()
         self.train, self.evaluation, self.predict = train, evaluation, predict
-        self.collator = PaddingCollator(pad_token_id)
+        self.collator = PaddingCollator(pad_token_id, segment_sep_id)
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.num_workers, self.seed = num_workers, seed
         self._train_loader: ResumableDataLoader | None = None
@@ -63,8 +85,8 @@ class QADataModule(pl.LightningDataModule):
     def _lengths(table: datasets.Dataset) -> list[int]:
         return [len(ids) for ids in table["input_ids"]]
 
-    def _columns(self, table: datasets.Dataset) -> datasets.Dataset:
-        return table.with_format(None)
+    def _columns(self, table: datasets.Dataset) -> IndexedRows:
+        return IndexedRows(table.with_format(None))
 
     def _generator(self) -> torch.Generator:
         # Each DataLoader iterator draws a worker seed from its generator; without one it draws from the global

@@ -15,16 +15,19 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
 # Tensor columns padded per batch; the value each is padded with.
-PAD_VALUES = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "offset_mapping": -1,
+PAD_VALUES = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "offset_start": -1, "offset_end": -1,
               "marker_positions": 0, "marker_paragraph_idx": -1, "support_labels": 0.0}
 FLOAT_COLUMNS = {"support_labels", "label"}
 
 
 class PaddingCollator:
-    """Pads list columns to the longest row of the batch; adds `marker_mask` when markers are present."""
+    """Pads list columns to the longest row of the batch; stacks `offset_start`/`offset_end` into `offset_mapping`
+    (batch, tokens, 2); adds `marker_mask` when markers are present. Rows without `attention_mask` get one from
+    their length, and, when `segment_sep_id` is set, `token_type_ids` = 1 after the first separator."""
 
-    def __init__(self, pad_token_id: int) -> None:
+    def __init__(self, pad_token_id: int, segment_sep_id: int | None = None) -> None:
         self.pad_token_id = pad_token_id
+        self.segment_sep_id = segment_sep_id
 
     def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch: dict[str, torch.Tensor] = {}
@@ -36,6 +39,15 @@ class PaddingCollator:
                 batch[key] = _pad(values, pad, dtype)
             else:
                 batch[key] = torch.tensor(values, dtype=dtype)
+        if "attention_mask" not in batch:
+            lengths = torch.tensor([len(row["input_ids"]) for row in rows])
+            batch["attention_mask"] = (torch.arange(batch["input_ids"].shape[1])[None, :] < lengths[:, None]).long()
+            if self.segment_sep_id is not None and "token_type_ids" not in batch:
+                after_first_sep = torch.cumsum(batch["input_ids"] == self.segment_sep_id, dim=1) - (
+                    batch["input_ids"] == self.segment_sep_id).long() >= 1
+                batch["token_type_ids"] = (after_first_sep & batch["attention_mask"].bool()).long()
+        if "offset_start" in batch:
+            batch["offset_mapping"] = torch.stack([batch.pop("offset_start"), batch.pop("offset_end")], dim=-1)
         if "marker_positions" in batch:
             lengths = torch.tensor([len(row["marker_positions"]) for row in rows])
             batch["marker_mask"] = torch.arange(batch["marker_positions"].shape[1])[None, :] < lengths[:, None]
@@ -44,9 +56,6 @@ class PaddingCollator:
 
 def _pad(values: list[list], pad: float, dtype: torch.dtype) -> torch.Tensor:
     longest = max((len(value) for value in values), default=0)
-    if values and values[0] and isinstance(values[0][0], (list, tuple)):  # offset pairs
-        padded = [list(value) + [[pad, pad]] * (longest - len(value)) for value in values]
-        return torch.tensor(padded, dtype=dtype).reshape(len(values), longest, 2)
     return torch.tensor([list(value) + [pad] * (longest - len(value)) for value in values], dtype=dtype)
 
 

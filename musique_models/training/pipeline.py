@@ -80,7 +80,7 @@ def train(cfg: DictConfig) -> float | None:
     write_predictions(output_dir / "predictions.jsonl", predictions)
     write_json(output_dir / "metrics.json", report.metrics)
     for logger in context.loggers:
-        logger.log_metrics({f"final/{key}": value for key, value in report.metrics.items()})
+        logger.log_metrics({f"test/{key}": value for key, value in report.metrics.items()})
         logger.finalize("success")
     Console().print(metrics_table(report.metrics, title=f"{cfg.model_name} on {source.name} {cfg.eval_split}"))
     log.info("predictions: %s  metrics: %s", output_dir / "predictions.jsonl", output_dir / "metrics.json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class StageResult:
-    """What a finished stage leaves: its best checkpoint and the test metrics of that checkpoint."""
+    """What a finished stage leaves: its best checkpoint."""
 
     best_checkpoint: str
-    test_metrics: dict[str, float] = field(default_factory=dict)
 
 
 def _callbacks(cfg: DictConfig, checkpoint_dir: Path, monitor: str, mode: str) -> list[pl.Callback]:
@@ -70,24 +69,25 @@ def resolve_resume_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | No
 
 def build_trainer(cfg: DictConfig, stage_cfg: DictConfig, callbacks: list[pl.Callback], loggers: list[Logger],
                   stage_dir: Path) -> pl.Trainer:
-    """The Trainer of `cfg.trainer` with this stage's epochs and gradient accumulation."""
-    overrides = {key: stage_cfg[key] for key in ("max_epochs", "accumulate_grad_batches") if stage_cfg.get(key)}
+    """The Trainer of `cfg.trainer` with this stage's epochs, gradient accumulation and validation interval."""
+    overrides = {key: stage_cfg[key] for key in ("max_epochs", "accumulate_grad_batches", "check_val_every_n_epoch")
+                 if stage_cfg.get(key)}
     return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(stage_dir),
                        **overrides)
 
 
 def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig,
               stage_cfg: DictConfig, run_dir: Path, monitor: str, mode: str = "max",
-              shared_loggers: list[Logger] = (), test: bool = True) -> StageResult:
-    """Fit `module` as stage `name` in `run_dir/name`, resuming when `cfg.ckpt_path` says so, then test the
-    best checkpoint (when `test` and `cfg.test`). A finished stage writes `stage.json`; running again with
-    `ckpt_path=last` skips it."""
+              shared_loggers: list[Logger] = ()) -> StageResult:
+    """Fit `module` as stage `name` in `run_dir/name`, resuming when `cfg.ckpt_path` says so; return the best
+    checkpoint. (Each recipe then tests it by predicting the evaluation split with it and scoring the
+    predictions with the evaluator.) A finished stage writes `stage.json`; `ckpt_path=last` skips it."""
     stage_dir = run_dir / name
     marker = stage_dir / "stage.json"
     if cfg.get("ckpt_path") and marker.exists():
         finished = json.loads(marker.read_text())
         log.info("stage %s already finished in %s: reusing %s", name, stage_dir, finished["best_checkpoint"])
-        return StageResult(finished["best_checkpoint"], finished["test_metrics"])
+        return StageResult(finished["best_checkpoint"])
     checkpoint_dir = stage_dir / "checkpoints"
     callbacks = _callbacks(cfg, checkpoint_dir, monitor, mode)
     trainer = build_trainer(cfg, stage_cfg, callbacks, _loggers(cfg, stage_dir, list(shared_loggers)), stage_dir)
@@ -97,13 +97,8 @@ def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDat
     if not best:
         best = str(checkpoint_dir / "final.ckpt")
         trainer.save_checkpoint(best)
-    test_metrics: dict[str, float] = {}
-    if test and cfg.get("test", True):
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)
-        test_metrics = {key: float(value) for key, value in (results[0] if results else {}).items()}
-    result = StageResult(best, test_metrics)
-    write_json(marker, {"best_checkpoint": best, "test_metrics": test_metrics})
-    return result
+    write_json(marker, {"best_checkpoint": best})
+    return StageResult(best)
 
 
 def predict(module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig) -> list[Any]:

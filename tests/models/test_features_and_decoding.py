@@ -56,8 +56,8 @@ def test_answer_labels_point_at_the_answer_text(tokenizer, tmp_path: Path, relat
         supporting = {p["idx"] for p in example["paragraphs"] if p["is_supporting"]}
         assert window["support_labels"] == [float(i in supporting) for i in window["marker_paragraph_idx"]]
         if window["start_position"]:
-            start = window["offset_mapping"][window["start_position"]][0]
-            end = window["offset_mapping"][window["end_position"]][1]
+            start = window["offset_start"][window["start_position"]]
+            end = window["offset_end"][window["end_position"]]
             assert context[start:end].lower() in [a.lower() for a in [example["answer"], *example["answer_aliases"]]]
             labelled += 1
     assert labelled >= 10
@@ -67,7 +67,7 @@ def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path)
     table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 12)
     windows = featurize(table, featurize_answerer, tokenizer, tmp_path / "features", "answerer",
                         max_length=128, stride=32, include_title=False)
-    batch = PaddingCollator(tokenizer.pad_token_id)([windows[i] for i in range(len(windows))])
+    batch = PaddingCollator(tokenizer.pad_token_id)([{**windows[i], "feature_row": i} for i in range(len(windows))])
     generator = torch.Generator().manual_seed(0)
     shape = batch["input_ids"].shape
     # long answers allowed and logits favouring tokens right after markers, so that spans would cross markers

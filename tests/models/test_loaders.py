@@ -45,8 +45,10 @@ def test_position_restores_mid_epoch_and_after_an_epoch() -> None:
 
 def test_collator_pads_and_masks_markers() -> None:
     batch = PaddingCollator(pad_token_id=7)([
-        {"input_ids": [1, 2, 3], "marker_positions": [1], "support_labels": [1.0], "offset_mapping": [[0, 1], [1, 2], [2, 3]]},
-        {"input_ids": [1], "marker_positions": [0, 0], "support_labels": [0.0, 1.0], "offset_mapping": [[0, 1]]},
+        {"input_ids": [1, 2, 3], "marker_positions": [1], "support_labels": [1.0], "offset_start": [0, 1, 2],
+         "offset_end": [1, 2, 3]},
+        {"input_ids": [1], "marker_positions": [0, 0], "support_labels": [0.0, 1.0], "offset_start": [0],
+         "offset_end": [1]},
     ])
     assert batch["input_ids"].tolist() == [[1, 2, 3], [1, 7, 7]]
     assert batch["marker_mask"].tolist() == [[True, False], [True, True]]

@@ -16,7 +16,7 @@ from musique_models import PROJECT_ROOT
 RUN = ["train.py", "backbone=tiny", "dataset.sample=true", "dataset.train_size=24", "eval_size=12",
        "model.selector.max_epochs=1", "model.answerer.max_epochs=2", "model.answerer.micro_batch_size=2",
        "model.answerer.accumulate_grad_batches=1", "callbacks=none", "callbacks.step_checkpoint.every_n_train_steps=2",
-       "trainer.enable_progress_bar=false", "logger=wandb", "test=false"]
+       "trainer.enable_progress_bar=false", "logger=wandb"]
 
 
 def _train(tmp_path: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
