@@ -9,18 +9,16 @@ marker, answerability, answer type). The context itself is rebuilt from the exam
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain
-from typing import Any
 
 import datasets
 import numpy as np
-
+import pyarrow as pa
 from transformers import PreTrainedTokenizerFast
 
 from musique_models.features.context import answer_type, build_context, locate_answer
 from musique_models.models.backbone import PARAGRAPH_MARKER
-
-NO_OFFSET = (-1, -1)
 
 
 def ordered_paragraphs(paragraphs: list[dict], selected_idxs: list[int]) -> list[dict]:
@@ -44,61 +42,133 @@ ANSWERER_FEATURES = datasets.Features({
 })
 
 
+@dataclass
+class TokenWindows:
+    """Windows of tokenised (question, context) pairs, flattened over the batch: W windows, N tokens in all.
+
+    `offsets` are character offsets into the context, (-1, -1) for tokens outside it (question, special tokens);
+    `bounds[w]:bounds[w + 1]` are window w's tokens; `example` is the batch example each window belongs to.
+    """
+
+    input_ids: np.ndarray  # (N,) int32
+    offsets: np.ndarray  # (N, 2) int32
+    in_context: np.ndarray  # (N,) bool
+    bounds: np.ndarray  # (W + 1,) int64
+    example: np.ndarray  # (W,) int64
+
+    @property
+    def window_of_token(self) -> np.ndarray:
+        """(N,) the window each token belongs to."""
+        return np.repeat(np.arange(len(self.example)), np.diff(self.bounds))
+
+    def per_window(self, values: np.ndarray) -> np.ndarray:
+        """(N,) the per-window `values` (W,) repeated over each window's tokens."""
+        return np.repeat(values, np.diff(self.bounds))
+
+    def list_array(self, flat: np.ndarray) -> pa.ListArray:
+        """A token-level column as one Arrow list per window."""
+        return pa.ListArray.from_arrays(pa.array(self.bounds.astype(np.int32)), pa.array(flat))
+
+
+def encode_windows(tokenizer: PreTrainedTokenizerFast, questions: list[str], contexts: list[str], max_length: int,
+                   stride: int) -> TokenWindows:
+    """Tokenise each (question, context) pair into overlapping windows of at most `max_length` tokens (the
+    question whole in each, the context split with `stride` tokens of overlap), as `tokenizer(...,
+    truncation="only_second", return_overflowing_tokens=True)` does, but straight from the Rust encodings into
+    flat arrays: the per-window Python lists the HF wrapper builds were a third of the featurisation time."""
+    backend = tokenizer.backend_tokenizer
+    # the HF wrapper resets these on its next call when it needs other settings
+    backend.enable_truncation(max_length, stride=stride, strategy="only_second")
+    backend.no_padding()
+    encodings = backend.encode_batch(list(zip(questions, contexts)), add_special_tokens=True)
+    windows, example = [], []
+    for index, encoding in enumerate(encodings):
+        windows.append(encoding)
+        windows.extend(encoding.overflowing)
+        example.extend([index] * (1 + len(encoding.overflowing)))
+    lengths = np.fromiter((len(window.ids) for window in windows), dtype=np.int64, count=len(windows))
+    bounds = np.zeros(len(windows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    total = int(bounds[-1])
+    input_ids = np.fromiter(chain.from_iterable(window.ids for window in windows), dtype=np.int32, count=total)
+    offsets = np.fromiter(chain.from_iterable(chain.from_iterable(window.offsets for window in windows)),
+                          dtype=np.int32, count=2 * total).reshape(-1, 2)
+    in_context = np.zeros(total, dtype=bool)
+    for window, begin in zip(windows, bounds[:-1].tolist()):
+        sequence_ids = window.sequence_ids  # None for special tokens, 0 question, 1 context: one contiguous run
+        if 1 in sequence_ids:
+            in_context[begin + sequence_ids.index(1): begin + len(sequence_ids) - sequence_ids[::-1].index(1)] = True
+    offsets[~in_context] = -1
+    return TokenWindows(input_ids, offsets, in_context, bounds, np.asarray(example, dtype=np.int64))
+
+
+def _first_per_window(mask: np.ndarray, window_of_token: np.ndarray, windows: int, last: bool = False) -> np.ndarray:
+    """(W,) the flat token index of each window's first (or last) True in `mask`, -1 where it has none."""
+    positions = np.flatnonzero(mask)
+    result = np.full(windows, -1, dtype=np.int64)
+    if last:
+        result[window_of_token[positions]] = positions  # later positions overwrite earlier ones
+    else:
+        result[window_of_token[positions[::-1]]] = positions[::-1]
+    return result
+
+
 def featurize_answerer(batch: dict[str, list], rows: list[int], tokenizer: PreTrainedTokenizerFast, *,
-                       max_length: int, stride: int, include_title: bool) -> dict[str, Any]:
+                       max_length: int, stride: int, include_title: bool) -> pa.Table:
     """Batched `datasets.map` function: one row per window of each question (see the module docstring)."""
-    contexts, paragraph_spans, answer_spans = [], [], []
+    contexts, marker_paragraph, answer_chars = [], [], []
     for paragraphs, selected, answer, aliases in zip(batch["paragraphs"], batch["selected_idxs"], batch["answer"],
                                                      batch["answer_aliases"]):
         context, spans = build_context(ordered_paragraphs(paragraphs, selected), include_title)
         supporting = {p["idx"] for p in paragraphs if p["is_supporting"]}
         contexts.append(context)
-        paragraph_spans.append(spans)
-        answer_spans.append(locate_answer(context, spans, supporting, [answer, *aliases]))
-    encoded = tokenizer(batch["question"], contexts, truncation="only_second", max_length=max_length, stride=stride,
-                        return_overflowing_tokens=True, return_offsets_mapping=True, return_attention_mask=False,
-                        return_token_type_ids=False)
-    marker_id = tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER)
-    out: dict[str, list] = {key: [] for key in ("offset_start", "offset_end", "marker_positions", "marker_paragraph_idx",
-                                                "support_labels", "start_position", "end_position", "answerable",
-                                                "answer_type", "example_row")}
-    for window, example in enumerate(encoded["overflow_to_sample_mapping"]):
-        # vectorised over the window's tokens (a Python loop per token was most of the featurisation time)
-        pairs = encoded["offset_mapping"][window]
-        offsets = np.fromiter(chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs)).reshape(-1, 2)  # (T, 2)
-        token_starts = offsets[:, 0].copy()
-        sequence_ids = encoded.sequence_ids(window)  # None for special tokens, 0 question, 1 context
-        in_second = np.zeros(len(sequence_ids), dtype=bool)  # (T,): the context is one contiguous run
-        if 1 in sequence_ids:
-            in_second[sequence_ids.index(1): len(sequence_ids) - sequence_ids[::-1].index(1)] = True
-        input_ids = encoded["input_ids"][window]
-        markers = in_second & (np.fromiter(input_ids, dtype=np.int64, count=len(input_ids)) == marker_id)
-        context = in_second & ~markers
-        offsets[~context] = NO_OFFSET
-        paragraph_by_marker_start = {span.marker_start: span.idx for span in paragraph_spans[example]}
-        marker_positions = np.flatnonzero(markers)
-        marker_idxs = [paragraph_by_marker_start[start] for start in token_starts[marker_positions].tolist()]
-        supporting = {p["idx"] for p in batch["paragraphs"][example] if p["is_supporting"]}
-        start = end = 0  # the CLS token: no answer span in this window
-        if answer_spans[example] is not None:
-            char_start, char_end = answer_spans[example]
-            starts = np.flatnonzero(context & (offsets[:, 0] <= char_start) & (char_start < offsets[:, 1]))
-            ends = np.flatnonzero(context & (offsets[:, 0] < char_end) & (char_end <= offsets[:, 1]))
-            if len(starts) and len(ends):
-                start, end = int(starts[0]), int(ends[-1])
-        # numpy columns go to Arrow without building a Python object per token
-        out["offset_start"].append(offsets[:, 0].astype(np.int32))
-        out["offset_end"].append(offsets[:, 1].astype(np.int32))
-        out["marker_positions"].append(marker_positions.astype(np.int32))
-        out["marker_paragraph_idx"].append(marker_idxs)
-        out["support_labels"].append([float(idx in supporting) for idx in marker_idxs])
-        out["start_position"].append(start)
-        out["end_position"].append(end)
-        out["answerable"].append(int(batch["answerable"][example]))
-        out["answer_type"].append(answer_type(batch["answer"][example]))
-        out["example_row"].append(rows[example])
-    out["input_ids"] = encoded["input_ids"]
-    return out
+        marker_paragraph.append({span.marker_start: (span.idx, span.idx in supporting) for span in spans})
+        answer_chars.append(locate_answer(context, spans, supporting, [answer, *aliases]) or (-1, -1))
+    windows = encode_windows(tokenizer, batch["question"], contexts, max_length, stride)
+    n_windows = len(windows.example)
+    window_of_token = windows.window_of_token
+    markers = windows.in_context & (windows.input_ids == tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER))
+    window_start = windows.bounds[:-1]
+
+    # paragraph markers: window-relative positions, each with its paragraph idx and support label
+    marker_tokens = np.flatnonzero(markers)
+    marker_window = window_of_token[marker_tokens]
+    marker_info = [marker_paragraph[example][char] for example, char in
+                   zip(windows.example[marker_window].tolist(), windows.offsets[marker_tokens, 0].tolist())]
+    marker_bounds = np.searchsorted(marker_window, np.arange(n_windows + 1)).astype(np.int32)
+
+    # answer span: the tokens holding the answer's first and last character; (0, 0), the CLS token, when the
+    # answer is not (wholly) inside the window
+    windows.offsets[markers] = -1
+    context = windows.in_context & ~markers
+    char_start = windows.per_window(np.array([answer_chars[e][0] for e in windows.example], dtype=np.int64))
+    char_end = windows.per_window(np.array([answer_chars[e][1] for e in windows.example], dtype=np.int64))
+    has_answer = context & (char_start >= 0)
+    first = _first_per_window(has_answer & (windows.offsets[:, 0] <= char_start) & (char_start < windows.offsets[:, 1]),
+                              window_of_token, n_windows)
+    last = _first_per_window(has_answer & (windows.offsets[:, 0] < char_end) & (char_end <= windows.offsets[:, 1]),
+                             window_of_token, n_windows, last=True)
+    found = (first >= 0) & (last >= 0)
+    start_position = np.where(found, first - window_start, 0)
+    end_position = np.where(found, last - window_start, 0)
+
+    example = windows.example
+    return pa.table({
+        "input_ids": windows.list_array(windows.input_ids),
+        "offset_start": windows.list_array(windows.offsets[:, 0].copy()),
+        "offset_end": windows.list_array(windows.offsets[:, 1].copy()),
+        "marker_positions": pa.ListArray.from_arrays(
+            pa.array(marker_bounds), pa.array((marker_tokens - window_start[marker_window]).astype(np.int32))),
+        "marker_paragraph_idx": pa.ListArray.from_arrays(
+            pa.array(marker_bounds), pa.array([idx for idx, _ in marker_info], type=pa.int32())),
+        "support_labels": pa.ListArray.from_arrays(
+            pa.array(marker_bounds), pa.array([float(is_support) for _, is_support in marker_info], type=pa.float32())),
+        "start_position": pa.array(start_position.astype(np.int32)),
+        "end_position": pa.array(end_position.astype(np.int32)),
+        "answerable": pa.array(np.asarray(batch["answerable"], dtype=np.int8)[example]),
+        "answer_type": pa.array(np.array([answer_type(a) for a in batch["answer"]], dtype=np.int8)[example]),
+        "example_row": pa.array(np.asarray(rows, dtype=np.int32)[example]),
+    })
 
 
 featurize_answerer.output_features = ANSWERER_FEATURES  # type: ignore[attr-defined]

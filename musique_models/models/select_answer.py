@@ -25,6 +25,8 @@ from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.selector import ParagraphSelector, RankingMetric, rank_paragraphs
 from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.training.loaders import BalancedNegatives
+from musique_models.training.reader import fit_and_predict_reader, has_unanswerable
 from musique_models.training.stage import predict, run_stage
 
 log = logging.getLogger(__name__)
@@ -56,11 +58,11 @@ class SelectAnswer:
         self.num_workers = num_workers
 
     def _datamodule(self, stage_cfg: DictConfig, tokenizer: Any, seed: int, train: datasets.Dataset | None,
-                    evaluation: datasets.Dataset | None, predict_on: datasets.Dataset | None = None) -> QADataModule:
-        segment_sep_id = tokenizer.sep_token_id if "token_type_ids" in tokenizer.model_input_names else None
-        return QADataModule(train, evaluation, predict_on, tokenizer.pad_token_id, batch_size=stage_cfg.micro_batch_size,
-                            eval_batch_size=self.eval_batch_size, num_workers=self.num_workers, seed=seed,
-                            segment_sep_id=segment_sep_id)
+                    evaluation: datasets.Dataset | None, predict_on: datasets.Dataset | None = None,
+                    train_subset: BalancedNegatives | None = None) -> QADataModule:
+        return QADataModule.for_tokenizer(tokenizer, train, evaluation, predict_on, batch_size=stage_cfg.micro_batch_size,
+                                          eval_batch_size=self.eval_batch_size, num_workers=self.num_workers, seed=seed,
+                                          train_subset=train_subset)
 
     def run(self, context: Any) -> list[Prediction]:
         cfg, run_dir = context.cfg, context.run_dir
@@ -69,28 +71,28 @@ class SelectAnswer:
         cache = f"{cfg.paths.cache_dir}/features"
         include_title = bool(cfg.dataset.get("include_title", False))
         selector_settings = {"max_length": min(self.selector_cfg.max_length, backbone.max_length),
-                             "include_title": include_title, "seed": cfg.seed}
+                             "include_title": include_title}
 
-        # Stage 1: the selector, trained on balanced pairs, validated on every paragraph.
-        train_pairs = featurize(context.train, featurize_selector, tokenizer, cache, "selector-train",
-                                balanced=True, **selector_settings)
+        # Stage 1: the selector, trained on balanced pairs (each question's gold paragraphs and as many negatives,
+        # drawn afresh every epoch), validated on every paragraph.
+        train_pairs = featurize(context.train, featurize_selector, tokenizer, cache, "selector-train", **selector_settings)
         eval_pairs = featurize(context.evaluation, featurize_selector, tokenizer, cache, "selector-eval",
-                               balanced=False, **selector_settings)
+                               **selector_settings)
         if self.selector_checkpoint:
             selector = ParagraphSelector.load_from_checkpoint(self.selector_checkpoint, map_location="cpu")
         else:
             selector = ParagraphSelector(backbone, len(tokenizer), top_k=self.top_k, lr=self.selector_cfg.lr,
                                          warmup_ratio=self.selector_cfg.warmup_ratio)
-            result = run_stage("selector", selector,
-                               self._datamodule(self.selector_cfg, tokenizer, cfg.seed, train_pairs, eval_pairs),
-                               cfg, self.selector_cfg, run_dir, monitor="val/recall_at_k", shared_loggers=context.loggers)
+            balanced = BalancedNegatives(train_pairs["label"], train_pairs["example_row"], cfg.seed)
+            selector_data = self._datamodule(self.selector_cfg, tokenizer, cfg.seed, train_pairs, eval_pairs,
+                                             train_subset=balanced)
+            result = run_stage("selector", selector, selector_data, cfg, self.selector_cfg, run_dir,
+                               monitor="val/recall_at_k", shared_loggers=context.loggers)
             selector = ParagraphSelector.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
 
         # Rank every paragraph of both splits with the best selector (its test: recall@K on the evaluation split).
-        all_train_pairs = featurize(context.train, featurize_selector, tokenizer, cache, "selector-rank-train",
-                                    balanced=False, **selector_settings)
         selected = {}
-        for split, pairs, table in (("train", all_train_pairs, context.train), ("eval", eval_pairs, context.evaluation)):
+        for split, pairs, table in (("train", train_pairs, context.train), ("eval", eval_pairs, context.evaluation)):
             outputs = predict(selector, self._datamodule(self.selector_cfg, tokenizer, cfg.seed, None, None, pairs), cfg)
             columns = {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
             rankings = rank_paragraphs(columns["example_row"].tolist(), columns["paragraph_idx"].tolist(),
@@ -113,22 +115,12 @@ class SelectAnswer:
                              "stride": self.answerer_cfg.stride, "include_title": include_title}
         train_windows = featurize(train_table, featurize_answerer, tokenizer, cache, "answerer-train", **answerer_settings)
         eval_windows = featurize(eval_table, featurize_answerer, tokenizer, cache, "answerer-eval", **answerer_settings)
-        has_unanswerable = not all(context.evaluation["answerable"]) or not all(context.train["answerable"])
         answerer = MultiParagraphAnswerer(
-            backbone, len(tokenizer), answerability_head=has_unanswerable,
+            backbone, len(tokenizer), answerability_head=has_unanswerable(context),
             answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)), lr=self.answerer_cfg.lr,
             warmup_ratio=self.answerer_cfg.warmup_ratio, max_answer_tokens=self.answerer_cfg.max_answer_tokens)
-        context_of = ContextBuilder(eval_table, include_title)
-        answerer.eval_golds, answerer.eval_context_of = context.eval_golds, context_of
-        monitor = "val/group_answer_sufficiency_f1" if has_unanswerable else "val/answer_f1"
         answerer_data = self._datamodule(self.answerer_cfg, tokenizer, cfg.seed, train_windows, eval_windows)
-        result = run_stage("answerer", answerer, answerer_data, cfg, self.answerer_cfg, run_dir, monitor=monitor,
-                           shared_loggers=context.loggers)
-
-        best = MultiParagraphAnswerer.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
-        outputs = predict(best, answerer_data, cfg)
-        windows = torch.cat([o[0] for o in outputs])
-        markers = torch.cat([o[1] for o in outputs])
-        return best.decode(windows, markers, context.eval_golds, context_of)
+        return fit_and_predict_reader("answerer", answerer, answerer_data, context, self.answerer_cfg,
+                                      ContextBuilder(eval_table, include_title))
 
 

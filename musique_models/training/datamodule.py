@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerFast
 
-from musique_models.training.loaders import BucketBatchSampler, PaddingCollator, ResumableDataLoader
+from musique_models.training.loaders import BalancedNegatives, BucketBatchSampler, PaddingCollator, ResumableDataLoader
 
 
 def featurize(table: datasets.Dataset, function: Callable[..., dict[str, Any]], tokenizer: PreTrainedTokenizerFast,
@@ -25,7 +25,7 @@ def featurize(table: datasets.Dataset, function: Callable[..., dict[str, Any]], 
     batch."""
     key = json.dumps({"input": table._fingerprint, "function": f"{function.__module__}.{function.__qualname__}",
                       "tokenizer": tokenizer.name_or_path, "vocab": len(tokenizer), "settings": settings,
-                      "version": 2}, sort_keys=True, default=str)
+                      "version": 3}, sort_keys=True, default=str)
     fingerprint = hashlib.sha256(key.encode()).hexdigest()[:24]
     cache_file = Path(cache_dir) / f"{name}-{fingerprint}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -67,19 +67,29 @@ class QADataModule(pl.LightningDataModule):
         eval_batch_size: evaluation and prediction batch size.
         num_workers: DataLoader worker processes.
         seed: seed of the training order.
+        train_subset: draws each epoch's training rows (balanced negatives) instead of using all of them.
     """
 
     def __init__(self, train: datasets.Dataset | None, evaluation: datasets.Dataset | None,
                  predict: datasets.Dataset | None, pad_token_id: int, batch_size: int = 8,
                  eval_batch_size: int = 32, num_workers: int = 0, seed: int = 42,
-                 segment_sep_id: int | None = None) -> None:
+                 segment_sep_id: int | None = None, train_subset: BalancedNegatives | None = None) -> None:
         super().__init__()
+        self.train_subset = train_subset
         self.train, self.evaluation, self.predict = train, evaluation, predict
         self.collator = PaddingCollator(pad_token_id, segment_sep_id)
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.num_workers, self.seed = num_workers, seed
         self._train_loader: ResumableDataLoader | None = None
         self._train_position: dict[str, int] | None = None
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: PreTrainedTokenizerFast, train: datasets.Dataset | None,
+                      evaluation: datasets.Dataset | None, predict: datasets.Dataset | None = None,
+                      **kwargs: Any) -> QADataModule:
+        """A datamodule padding with `tokenizer`'s pad id, with segment ids for encoders that use them (BERT)."""
+        segment_sep_id = tokenizer.sep_token_id if "token_type_ids" in tokenizer.model_input_names else None
+        return cls(train, evaluation, predict, tokenizer.pad_token_id, segment_sep_id=segment_sep_id, **kwargs)
 
     @staticmethod
     def _lengths(table: datasets.Dataset) -> list[int]:
@@ -94,7 +104,8 @@ class QADataModule(pl.LightningDataModule):
         return torch.Generator().manual_seed(self.seed)
 
     def train_dataloader(self) -> DataLoader:
-        sampler = BucketBatchSampler(self._lengths(self.train), self.batch_size, shuffle=True, seed=self.seed)
+        sampler = BucketBatchSampler(self._lengths(self.train), self.batch_size, shuffle=True, seed=self.seed,
+                                     subset=self.train_subset)
         self._train_loader = ResumableDataLoader(self._columns(self.train), sampler, collate_fn=self.collator,
                                                  num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
                                                  generator=self._generator())

@@ -7,6 +7,8 @@ resume, so a run killed mid-epoch continues with exactly the batches it had not 
 from __future__ import annotations
 
 import math
+import random
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,8 +24,9 @@ FLOAT_COLUMNS = {"support_labels", "label"}
 
 class PaddingCollator:
     """Pads list columns to the longest row of the batch; stacks `offset_start`/`offset_end` into `offset_mapping`
-    (batch, tokens, 2); adds `marker_mask` when markers are present. Rows without `attention_mask` get one from
-    their length, and, when `segment_sep_id` is set, `token_type_ids` = 1 after the first separator."""
+    (batch, tokens, 2); adds `marker_mask` when markers are present, and `global_attention_mask` (batch, tokens)
+    from `global_positions` (Longformer's global attention). Rows without `attention_mask` get one from their
+    length, and, when `segment_sep_id` is set, `token_type_ids` = 1 after the first separator."""
 
     def __init__(self, pad_token_id: int, segment_sep_id: int | None = None) -> None:
         self.pad_token_id = pad_token_id
@@ -32,6 +35,8 @@ class PaddingCollator:
     def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch: dict[str, torch.Tensor] = {}
         for key in rows[0]:
+            if key == "global_positions":
+                continue
             values = [row[key] for row in rows]
             dtype = torch.float32 if key in FLOAT_COLUMNS else torch.long
             if key in PAD_VALUES:
@@ -51,6 +56,10 @@ class PaddingCollator:
         if "marker_positions" in batch:
             lengths = torch.tensor([len(row["marker_positions"]) for row in rows])
             batch["marker_mask"] = torch.arange(batch["marker_positions"].shape[1])[None, :] < lengths[:, None]
+        if "global_positions" in rows[0]:
+            batch["global_attention_mask"] = torch.zeros_like(batch["input_ids"])
+            for row, positions in enumerate(rows):
+                batch["global_attention_mask"][row, torch.as_tensor(positions["global_positions"], dtype=torch.long)] = 1
         return batch
 
 
@@ -59,18 +68,51 @@ def _pad(values: list[list], pad: float, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor([list(value) + [pad] * (longest - len(value)) for value in values], dtype=dtype)
 
 
+class BalancedNegatives:
+    """Per-epoch training rows for a pair classifier: every group's positive rows plus as many of its negative
+    rows, drawn afresh each epoch (from `seed` and the epoch), so that over the epochs the model sees many
+    different negatives instead of one fixed draw. The number of rows is the same every epoch.
+
+    Args:
+        labels: 1.0 for a positive row, 0.0 for a negative one.
+        groups: the group (question) of each row.
+        seed: seed of the draws.
+    """
+
+    def __init__(self, labels: Sequence[float], groups: Sequence[int], seed: int) -> None:
+        self.seed = seed
+        positives: dict[int, list[int]] = defaultdict(list)
+        negatives: dict[int, list[int]] = defaultdict(list)
+        for row, (label, group) in enumerate(zip(labels, groups)):
+            (positives if label > 0.5 else negatives)[group].append(row)
+        self.groups = [(positives[group], negatives[group]) for group in sorted(set(groups))]
+        self.size = sum(len(pos) + min(len(pos), len(neg)) for pos, neg in self.groups)
+
+    def rows(self, epoch: int) -> list[int]:
+        """The rows of `epoch`, grouped by question (the sampler shuffles them)."""
+        rng = random.Random(f"{self.seed}:{epoch}")
+        rows: list[int] = []
+        for positive, negative in self.groups:
+            rows += positive + rng.sample(negative, min(len(positive), len(negative)))
+        return rows
+
+    def __len__(self) -> int:
+        return self.size
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """Batches of rows of similar length (less padding), reproducible from `seed` and the epoch.
 
-    Training (`shuffle=True`): rows are shuffled, cut into chunks of `bucket_batches` batches, each chunk sorted
-    by length and cut into batches, and the batches shuffled. Evaluation: rows sorted by length, in order.
+    Training (`shuffle=True`): the epoch's rows (all, or those `subset` picks for the epoch) are shuffled, cut
+    into chunks of `bucket_batches` batches, each chunk sorted by length and cut into batches, and the batches shuffled. Evaluation: rows sorted by length, in order.
     Under torch.distributed each rank takes every world-size-th batch; the list is padded with repeats so that
     every rank gets as many batches (the metrics drop repeated rows).
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0,
-                 bucket_batches: int = 50) -> None:
+                 bucket_batches: int = 50, subset: BalancedNegatives | None = None) -> None:
         self.lengths = list(lengths)
+        self.subset = subset
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -84,7 +126,8 @@ class BucketBatchSampler(Sampler[list[int]]):
             order = sorted(range(len(self.lengths)), key=self.lengths.__getitem__)
             return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        rows = self.subset.rows(self.epoch) if self.subset is not None else list(range(len(self.lengths)))
+        order = [rows[i] for i in torch.randperm(len(rows), generator=generator).tolist()]
         chunk = self.batch_size * self.bucket_batches
         batches = []
         for start in range(0, len(order), chunk):
@@ -110,7 +153,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         yield from batches
 
     def __len__(self) -> int:
-        batches = (len(self.lengths) + self.batch_size - 1) // self.batch_size
+        rows = len(self.subset) if self.subset is not None and self.shuffle else len(self.lengths)
+        batches = (rows + self.batch_size - 1) // self.batch_size
         return math.ceil(batches / self._world()[1])
 
 

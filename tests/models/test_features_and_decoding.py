@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from musique_models.features.selector import featurize_selector
 from musique_models.models.backbone import PARAGRAPH_MARKER, load_tokenizer
 from musique_models.models.decoding import best_spans, decode_predictions, window_outputs
 from musique_models.training.datamodule import featurize
-from musique_models.training.loaders import PaddingCollator
+from musique_models.training.loaders import BalancedNegatives, PaddingCollator
 from tests.conftest import SAMPLES
 
 
@@ -106,12 +107,21 @@ def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path)
     assert repeated == predictions
 
 
-def test_selector_pairs_balanced_and_complete(tokenizer, tmp_path: Path) -> None:
+def test_selector_pairs_complete_and_balanced_afresh_each_epoch(tokenizer, tmp_path: Path) -> None:
     table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 10)
-    balanced = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128, balanced=True,
-                         include_title=False, seed=1)
-    complete = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128, balanced=False,
-                         include_title=False, seed=1)
-    assert len(complete) == 200 and sum(complete["label"]) == sum(len(ex) for ex in [[p for p in ps if p["is_supporting"]] for ps in table["paragraphs"]])
-    assert sum(balanced["label"]) * 2 == len(balanced)
-    assert max(len(ids) for ids in complete["input_ids"]) <= 128
+    pairs = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128, include_title=False)
+    gold = {(row, p["idx"]) for row, ps in enumerate(table["paragraphs"]) for p in ps if p["is_supporting"]}
+    assert len(pairs) == 200 and max(len(ids) for ids in pairs["input_ids"]) <= 128
+    assert {(r, i) for r, i, label in zip(pairs["example_row"], pairs["paragraph_idx"], pairs["label"]) if label} == gold
+
+    balanced = BalancedNegatives(pairs["label"], pairs["example_row"], seed=1)
+    epochs = [balanced.rows(epoch) for epoch in range(3)]
+    for rows in epochs:
+        assert len(rows) == len(balanced) == 2 * len(gold)
+        labels = [pairs["label"][row] for row in rows]
+        per_question = Counter((pairs["example_row"][row], label) for row, label in zip(rows, labels))
+        assert all(per_question[(q, 1.0)] == per_question[(q, 0.0)] for q in range(10))  # balanced per question
+        assert {(pairs["example_row"][r], pairs["paragraph_idx"][r]) for r in rows if pairs["label"][r]} == gold
+    negatives = [{r for r in rows if not pairs["label"][r]} for rows in epochs]
+    assert negatives[0] != negatives[1] != negatives[2]  # fresh negatives each epoch
+    assert balanced.rows(1) == epochs[1]  # reproducible

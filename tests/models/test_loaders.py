@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from musique_models.training.loaders import BucketBatchSampler, PaddingCollator, ResumableDataLoader
+from musique_models.training.loaders import BalancedNegatives, BucketBatchSampler, PaddingCollator, ResumableDataLoader
 
 
 def _loader(lengths: list[int]) -> ResumableDataLoader:
@@ -41,6 +41,32 @@ def test_position_restores_mid_epoch_and_after_an_epoch() -> None:
     finished = _loader(lengths)
     finished.load_state_dict({"epoch": 0, "batches_done": 10})  # the whole first epoch was done
     assert _epoch(finished) == epochs[1]
+
+
+def test_balanced_subset_draws_new_negatives_each_epoch_and_resumes_mid_epoch() -> None:
+    # 6 questions x 10 rows; rows 0-1 of each question are positives; a row's "length" is its index + 1
+    labels = [1.0 if i % 10 < 2 else 0.0 for i in range(60)]
+    subset = BalancedNegatives(labels, [i // 10 for i in range(60)], seed=3)
+
+    def loader() -> ResumableDataLoader:
+        rows = [{"input_ids": list(range(1, n + 2)), "label": labels[n]} for n in range(60)]
+        sampler = BucketBatchSampler(list(range(1, 61)), 4, shuffle=True, seed=5, bucket_batches=2, subset=subset)
+        return ResumableDataLoader(rows, sampler, collate_fn=PaddingCollator(0),
+                                   generator=torch.Generator().manual_seed(0))
+
+    reference = loader()
+    assert len(reference) == 6  # 24 rows a epoch: 12 positives + 12 negatives
+    epochs = [[row for batch in _epoch(reference) for row in batch] for _ in range(2)]
+    for rows in epochs:
+        assert len(rows) == 24 and sum(labels[n - 1] for n in rows) == 12
+    assert {n for n in epochs[0] if not labels[n - 1]} != {n for n in epochs[1] if not labels[n - 1]}
+    interrupted = loader()
+    iterator = iter(interrupted)
+    for _ in range(2):
+        next(iterator)
+    resumed = loader()
+    resumed.load_state_dict(interrupted.state_dict())
+    assert [row for batch in _epoch(resumed) for row in batch] == epochs[0][8:]
 
 
 def test_collator_pads_and_masks_markers() -> None:

@@ -15,6 +15,7 @@ from musique_models.features.selector import featurize_selector
 from musique_models.models.backbone import load_tokenizer
 from musique_models.models.selector import ParagraphSelector, RankingMetric
 from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.training.loaders import BalancedNegatives
 from tests.conftest import SAMPLES
 
 K, PARAGRAPHS = 7, 20
@@ -27,16 +28,16 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
                            sample=True, cache_dir=str(tmp_path),
                            sample_files={"train": str(SAMPLES / "musique_ans/train.json"),
                                          "dev": str(SAMPLES / "musique_ans/dev.jsonl")})
-    settings = {"max_length": 128, "include_title": False, "seed": 0}
-    train = featurize(source.load("train"), featurize_selector, tokenizer, tmp_path, "train", balanced=True, **settings)
-    dev = featurize(source.load("dev").select(range(80)), featurize_selector, tokenizer, tmp_path, "dev",
-                    balanced=False, **settings)
+    settings = {"max_length": 128, "include_title": False}
+    train = featurize(source.load("train"), featurize_selector, tokenizer, tmp_path, "train", **settings)
+    dev = featurize(source.load("dev").select(range(80)), featurize_selector, tokenizer, tmp_path, "dev", **settings)
     pl.seed_everything(0)
     selector = ParagraphSelector(backbone, len(tokenizer), top_k=K, lr=backbone.learning_rate)
     trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          limit_val_batches=0, gradient_clip_val=1.0)
-    data = QADataModule(train, dev, dev, tokenizer.pad_token_id, batch_size=16, eval_batch_size=64)
+    data = QADataModule(train, dev, dev, tokenizer.pad_token_id, batch_size=16, eval_batch_size=64,
+                        train_subset=BalancedNegatives(train["label"], train["example_row"], seed=0))
     trainer.fit(selector, datamodule=data)
     outputs = trainer.predict(selector, datamodule=data)
     columns = {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
