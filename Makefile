@@ -30,6 +30,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(OFFLINE) $(PY) benchmarks/bench_data.py
 	$(OFFLINE) $(PY) benchmarks/bench_evaluate.py
+	$(OFFLINE) $(PY) benchmarks/bench_training.py
+	$(OFFLINE) $(PY) benchmarks/bench_long_context.py
 
 clean:
 	rm -rf .cache logs outputs multirun .pytest_cache

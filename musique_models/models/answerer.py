@@ -3,7 +3,9 @@
 Heads on the encoder's token states (shapes: B windows, T tokens, M markers, H hidden):
 - span: start/end logits per token (B, T); cross-entropy to the answer's first tokens, or to the first
   token when the window does not hold the answer (as HF `run_qa`);
-- support: one logit per paragraph marker (B, M); binary cross-entropy, predicted when p > 0.5;
+- support: one logit per paragraph marker (B, M); binary cross-entropy, predicted when p > 0.5 (or, with
+  `single_support`, a softmax over the markers with cross-entropy to the gold one, the argmax predicted: for
+  single-hop use, where exactly one paragraph supports);
 - answerability (MuSiQue-Full): one logit on the first token (B,); binary cross-entropy;
 - answer type (HotpotQA/2Wiki yes/no questions): span / yes / no logits on the first token (B, 3).
 Datasets without unanswerable (or yes/no) questions get no such head; its output is then a constant.
@@ -38,11 +40,13 @@ class MultiParagraphAnswerer(QAModule):
         answer_type_head: train and use the yes/no answer-type head (HotpotQA, 2Wiki).
         max_answer_tokens: longest answer span considered when decoding.
         support_threshold: a paragraph is predicted supporting when its probability exceeds this.
+        single_support: exactly one supporting paragraph per question (softmax over markers, argmax predicted).
     """
 
     def __init__(self, backbone: BackboneSpec, vocab_size: int, answerability_head: bool = False,
                  answer_type_head: bool = False, max_answer_tokens: int = 30, support_threshold: float = 0.5,
-                 lr: float = 2e-5, weight_decay: float = 0.0, warmup_ratio: float = 0.1) -> None:
+                 lr: float = 2e-5, weight_decay: float = 0.0, warmup_ratio: float = 0.1,
+                 single_support: bool = False) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio)
         self.save_hyperparameters()
         self.encoder = load_encoder(backbone, vocab_size)
@@ -56,15 +60,23 @@ class MultiParagraphAnswerer(QAModule):
         self.answer_type_head = answer_type_head
         self.max_answer_tokens = max_answer_tokens
         self.support_threshold = support_threshold
+        self.single_support = single_support
         self.val_outputs = WindowOutputCollector()
         # Set by the training pipeline: the evaluation split's gold, ids and contexts, to score in the loop.
         self.eval_golds: Sequence[GoldInstance] = ()
         self.eval_context_of: Callable[[int], str] | None = None
 
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               token_type_ids: torch.Tensor | None = None, **_: torch.Tensor) -> torch.Tensor:
+        """Token states (B, T, H)."""
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                            token_type_ids=token_type_ids).last_hidden_state
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, marker_positions: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state  # (B, T, H)
+                token_type_ids: torch.Tensor | None = None,
+                global_attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = self.encode(input_ids, attention_mask, token_type_ids=token_type_ids,
+                             global_attention_mask=global_attention_mask)  # (B, T, H)
         start_logits, end_logits = self.span_head(hidden).unbind(dim=-1)  # (B, T) each
         markers = hidden.gather(1, marker_positions[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, M, H)
         first = hidden[:, 0]  # (B, H)
@@ -77,7 +89,8 @@ class MultiParagraphAnswerer(QAModule):
                 "answerable_logit": answerable_logit, "type_logits": type_logits}
 
     def _outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self(batch["input_ids"], batch["attention_mask"], batch["marker_positions"], batch.get("token_type_ids"))
+        return self(batch["input_ids"], batch["attention_mask"], batch["marker_positions"], batch.get("token_type_ids"),
+                    batch.get("global_attention_mask"))
 
     def loss(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Sum of the head losses, each masked as the module docstring says.
@@ -91,10 +104,17 @@ class MultiParagraphAnswerer(QAModule):
         span = (cross_entropy(outputs["start_logits"], batch["start_position"], reduction="none")
                 + cross_entropy(outputs["end_logits"], batch["end_position"], reduction="none")) / 2  # (B,)
         loss = _masked_mean(span, span_rows)
-        support_mask = (batch["marker_mask"] & answerable[:, None]).float()  # (B, M)
-        support = nn.functional.binary_cross_entropy_with_logits(
-            outputs["support_logits"], batch["support_labels"], reduction="none")  # (B, M)
-        loss = loss + _masked_mean(support, support_mask)
+        if self.single_support:
+            logits = outputs["support_logits"].masked_fill(~batch["marker_mask"], float("-inf"))  # (B, M)
+            has_gold = answerable & (batch["support_labels"].sum(dim=1) > 0)  # (B,)
+            support = cross_entropy(logits.masked_fill(~has_gold[:, None], 0.0), batch["support_labels"].argmax(dim=1),
+                                    reduction="none")  # (B,)
+            loss = loss + _masked_mean(support, has_gold.float())
+        else:
+            support_mask = (batch["marker_mask"] & answerable[:, None]).float()  # (B, M)
+            support = nn.functional.binary_cross_entropy_with_logits(
+                outputs["support_logits"], batch["support_labels"], reduction="none")  # (B, M)
+            loss = loss + _masked_mean(support, support_mask)
         if self.answerability_head:
             loss = loss + nn.functional.binary_cross_entropy_with_logits(outputs["answerable_logit"],
                                                                          batch["answerable"].float())
@@ -111,7 +131,7 @@ class MultiParagraphAnswerer(QAModule):
     def _evaluation_step(self, batch: dict[str, torch.Tensor], stage: str) -> None:
         outputs = self._outputs(batch)
         self.log(f"{stage}/loss", self.loss(batch, outputs), sync_dist=True, batch_size=len(batch["input_ids"]))
-        self.val_outputs.update(*window_outputs(batch, outputs, self.max_answer_tokens))
+        self.val_outputs.update(*window_outputs(batch, outputs, self.max_answer_tokens, self.single_support))
 
     def _evaluation_epoch_end(self, stage: str) -> None:
         windows, markers = self.val_outputs.compute()
@@ -125,13 +145,13 @@ class MultiParagraphAnswerer(QAModule):
                 self.log(f"{stage}/{name}", value, prog_bar=name == "answer_f1")
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return window_outputs(batch, self._outputs(batch), self.max_answer_tokens)
+        return window_outputs(batch, self._outputs(batch), self.max_answer_tokens, self.single_support)
 
     def decode(self, windows: torch.Tensor, markers: torch.Tensor, golds: Sequence[GoldInstance],
                context_of: Callable[[int], str]) -> list[Prediction]:
         """Official predictions, one per gold row, from gathered window tables."""
         return decode_predictions(windows, markers, [gold.id for gold in golds], context_of,
-                                  support_threshold=self.support_threshold,
+                                  support_threshold=self.support_threshold, single_support=self.single_support,
                                   use_answerability=self.answerability_head, use_answer_type=self.answer_type_head)
 
 

@@ -6,7 +6,10 @@
   weights file checked against a pinned sha256. Nothing is downloaded.
 - `hub`: a Hugging Face hub name or a local folder (for users who are online, or with a local copy).
 - `random`: a small randomly initialised model built from `config_overrides` (tests), with the tokenizer of
-  `tokenizer_from` (another backbone spec, typically the packaged MiniLM).
+  `tokenizer_from` (another backbone spec, typically the packaged MiniLM); `model_type` picks the architecture
+  (default: that of `tokenizer_from`'s checkpoint).
+- `converted`: the backbone `convert_from` turned into a Longformer with `max_length` positions and an
+  `attention_window` (`musique_models.models.long_context`), built into `path` on first use and reused.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ class BackboneSpec:
     learning_rate: float = 2e-5
     config_overrides: dict[str, Any] = field(default_factory=dict)
     tokenizer_from: BackboneSpec | None = None
+    model_type: str | None = None
+    convert_from: BackboneSpec | None = None
+    attention_window: int = 512
 
     def model_dir(self) -> str:
         """The folder (or hub name) to load from; checks the pinned checksum of packaged weights."""
@@ -65,7 +71,22 @@ class BackboneSpec:
             if self.tokenizer_from is None:
                 raise BackboneError(f"backbone {self.name!r}: source=random needs tokenizer_from")
             return self.tokenizer_from.model_dir()
-        raise BackboneError(f"backbone {self.name!r}: unknown source {self.source!r} (hub, package or random)")
+        if self.source == "converted":
+            if self.convert_from is None or not self.path:
+                raise BackboneError(f"backbone {self.name!r}: source=converted needs convert_from and path")
+            from musique_models.models.long_context import ensure_converted
+
+            return str(ensure_converted(self.convert_from.model_dir(), self.path, self.max_length,
+                                        self.attention_window))
+        raise BackboneError(f"backbone {self.name!r}: unknown source {self.source!r} "
+                            "(hub, package, random or converted)")
+
+    @property
+    def is_longformer(self) -> bool:
+        """Whether the encoder is a Longformer (reads long inputs in one window, takes global attention)."""
+        if self.source == "converted" or self.model_type == "longformer":
+            return True
+        return self.source != "random" and AutoConfig.from_pretrained(self.model_dir()).model_type == "longformer"
 
 
 # Checkpoints keep the spec in their hyperparameters; allow it in torch's weights-only checkpoint loading.
@@ -117,13 +138,20 @@ def load_tokenizer(spec: BackboneSpec) -> PreTrainedTokenizerFast:
         raise BackboneError(f"backbone {spec.name!r} has no fast tokenizer (offsets are needed)")
     tokenizer.add_special_tokens({"additional_special_tokens": [PARAGRAPH_MARKER]})
     tokenizer.model_max_length = spec.max_length
+    # some exported tokenizer.json files (all-MiniLM-L6-v2's) switch on padding and truncation to 128 in the Rust
+    # tokenizer; featurisers that call it directly set what they need
+    tokenizer.backend_tokenizer.no_padding()
+    tokenizer.backend_tokenizer.no_truncation()
     return tokenizer
 
 
 def load_encoder(spec: BackboneSpec, vocab_size: int) -> PreTrainedModel:
     """The encoder (no task head), its embeddings resized to `vocab_size` (the tokenizer with markers)."""
     if spec.source == "random":
-        config = AutoConfig.from_pretrained(spec.model_dir(), **spec.config_overrides)
+        if spec.model_type:
+            config = AutoConfig.for_model(spec.model_type, **spec.config_overrides)
+        else:
+            config = AutoConfig.from_pretrained(spec.model_dir(), **spec.config_overrides)
         model = AutoModel.from_config(config)
     else:
         model = AutoModel.from_pretrained(spec.model_dir(), **spec.config_overrides)

@@ -46,8 +46,9 @@ def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, offsets: to
 
 
 def window_outputs(batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor],
-                   max_answer_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The per-window and per-marker tables (float64, columns `WINDOW_COLUMNS`, `MARKER_COLUMNS`) of a batch."""
+                   max_answer_tokens: int, single_support: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-window and per-marker tables (float64, columns `WINDOW_COLUMNS`, `MARKER_COLUMNS`) of a batch.
+    Support probabilities are per-marker sigmoids, or with `single_support` a softmax over the window's markers."""
     offsets = batch["offset_mapping"]
     score, start, end = best_spans(outputs["start_logits"].float(), outputs["end_logits"].float(), offsets,
                                    max_answer_tokens)
@@ -62,7 +63,9 @@ def window_outputs(batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tens
                            score.double().nan_to_num(neginf=-1e30), char_start, char_end, answerable,
                            types[:, 0], types[:, 1], types[:, 2]], dim=1)
     mask = batch["marker_mask"]
-    support = torch.sigmoid(outputs["support_logits"].float()).double()
+    logits = outputs["support_logits"].float()
+    support = (torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0) if single_support
+               else torch.sigmoid(logits)).double()
     markers = torch.stack([batch["feature_row"][:, None].expand_as(mask).double()[mask],
                            batch["example_row"][:, None].expand_as(mask).double()[mask],
                            batch["marker_paragraph_idx"].double()[mask], support[mask]], dim=1)
@@ -79,10 +82,12 @@ class _Question:
 
 def decode_predictions(windows: torch.Tensor, markers: torch.Tensor, example_ids: Sequence[str],
                        context_of: Callable[[int], str], *, support_threshold: float = 0.5,
-                       use_answerability: bool = False, use_answer_type: bool = False) -> list[Prediction]:
+                       use_answerability: bool = False, use_answer_type: bool = False,
+                       single_support: bool = False) -> list[Prediction]:
     """One prediction per example row (rows 0..len(example_ids)-1, in order) from the gathered tables.
 
-    Repeated windows (DDP padding) are dropped by `feature_row`. `context_of(row)` rebuilds a row's context.
+    Supporting paragraphs: those whose probability exceeds `support_threshold`, or with `single_support` the
+    most probable one. Repeated windows (DDP padding) are dropped by `feature_row`. `context_of(row)` rebuilds a row's context.
     """
     questions = [_Question() for _ in example_ids]
     seen: set[int] = set()
@@ -114,7 +119,10 @@ def decode_predictions(windows: torch.Tensor, markers: torch.Tensor, example_ids
         answerable = True
         if use_answerability and question.answerable:
             answerable = sum(question.answerable) / len(question.answerable) > 0.5
-        support = sorted(idx for idx, probability in question.support.items() if probability > support_threshold)
+        if single_support:
+            support = [max(question.support, key=question.support.__getitem__)] if question.support else []
+        else:
+            support = sorted(idx for idx, probability in question.support.items() if probability > support_threshold)
         predictions.append(Prediction(id=question_id, predicted_answer=answer, predicted_support_idxs=support,
                                       predicted_answerable=answerable))
     return predictions

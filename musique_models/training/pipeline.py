@@ -22,6 +22,7 @@ from musique_models.evaluation.gold import GoldInstance, gold_from_example
 from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import write_json
 from musique_models.training.loggers import shared_loggers
+from musique_models.training.malloc import keep_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ def train(cfg: DictConfig) -> float | None:
     and returns `cfg.optimized_metric` for Hydra sweepers (None when no model is configured).
     """
     pl.seed_everything(cfg.seed, workers=True)
+    keep_freed_memory()
     output_dir = run_dir(cfg)
     source: DatasetSource = instantiate(cfg.dataset)
     splits = {split: source.load(split, run_dir=output_dir) for split in source.splits}

@@ -26,13 +26,17 @@ class StageResult:
     best_checkpoint: str
 
 
-def _callbacks(cfg: DictConfig, checkpoint_dir: Path, monitor: str, mode: str) -> list[pl.Callback]:
+def _callbacks(cfg: DictConfig, checkpoint_dir: Path, monitor: str | None, mode: str) -> list[pl.Callback]:
+    """The configured callbacks for one stage. Without a `monitor` (a stage that does not validate) the
+    checkpoint keeps the final weights and early stopping is left out."""
     callbacks = []
     for name, callback_cfg in (cfg.get("callbacks") or {}).items():
         if callback_cfg is None:
             continue
         overrides: dict[str, Any] = {}
         if callback_cfg.get("monitor") is not None:
+            if monitor is None and name != "model_checkpoint":
+                continue
             overrides.update(monitor=monitor, mode=mode)
         if name == "model_checkpoint":
             overrides["dirpath"] = str(checkpoint_dir)
@@ -69,9 +73,12 @@ def resolve_resume_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | No
 
 def build_trainer(cfg: DictConfig, stage_cfg: DictConfig, callbacks: list[pl.Callback], loggers: list[Logger],
                   stage_dir: Path) -> pl.Trainer:
-    """The Trainer of `cfg.trainer` with this stage's epochs, gradient accumulation and validation interval."""
-    overrides = {key: stage_cfg[key] for key in ("max_epochs", "accumulate_grad_batches", "check_val_every_n_epoch")
-                 if stage_cfg.get(key)}
+    """The Trainer of `cfg.trainer` with this stage's epochs, gradient accumulation and validation interval
+    (`validate: false` in the stage config: no validation at all)."""
+    overrides: dict[str, Any] = {key: stage_cfg[key] for key in ("max_epochs", "accumulate_grad_batches",
+                                                                 "check_val_every_n_epoch") if stage_cfg.get(key)}
+    if not stage_cfg.get("validate", True):
+        overrides["limit_val_batches"] = 0
     return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(stage_dir),
                        **overrides)
 
@@ -81,7 +88,8 @@ def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDat
               shared_loggers: list[Logger] = ()) -> StageResult:
     """Fit `module` as stage `name` in `run_dir/name`, resuming when `cfg.ckpt_path` says so; return the best
     checkpoint. (Each recipe then tests it by predicting the evaluation split with it and scoring the
-    predictions with the evaluator.) A finished stage writes `stage.json`; `ckpt_path=last` skips it."""
+    predictions with the evaluator.) A finished stage writes `stage.json`; `ckpt_path=last` skips it. A stage
+    with `validate: false` never validates and its "best" checkpoint holds the final weights."""
     stage_dir = run_dir / name
     marker = stage_dir / "stage.json"
     if cfg.get("ckpt_path") and marker.exists():
@@ -89,7 +97,7 @@ def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDat
         log.info("stage %s already finished in %s: reusing %s", name, stage_dir, finished["best_checkpoint"])
         return StageResult(finished["best_checkpoint"])
     checkpoint_dir = stage_dir / "checkpoints"
-    callbacks = _callbacks(cfg, checkpoint_dir, monitor, mode)
+    callbacks = _callbacks(cfg, checkpoint_dir, monitor if stage_cfg.get("validate", True) else None, mode)
     trainer = build_trainer(cfg, stage_cfg, callbacks, _loggers(cfg, stage_dir, list(shared_loggers)), stage_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_resume_path(cfg.get("ckpt_path"), checkpoint_dir))
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor is not None), None)

@@ -80,3 +80,11 @@ def test_collator_pads_and_masks_markers() -> None:
     assert batch["marker_mask"].tolist() == [[True, False], [True, True]]
     assert batch["offset_mapping"][1].tolist() == [[0, 1], [-1, -1], [-1, -1]]
     assert batch["support_labels"].dtype == torch.float32
+
+
+def test_glibc_keeps_freed_memory_on_linux() -> None:
+    import sys
+
+    from musique_models.training.malloc import keep_freed_memory
+
+    assert keep_freed_memory() == sys.platform.startswith("linux")

@@ -13,12 +13,14 @@ from hydra.utils import instantiate
 
 from musique_models import PROJECT_ROOT
 from musique_models.models.backbone import BackboneSpec
+from musique_models.models.end2end import End2End
 from musique_models.models.select_answer import SelectAnswer
 from musique_models.training.pipeline import train
 from tests.conftest import DATASET_CONFIGS, SAMPLES
 
-MODELS = ["select_answer"]
-BACKBONES = ["minilm", "tiny", "roberta_large", "longformer_large", "deberta_v3_large"]
+MODELS = ["select_answer", "end2end", "c_only"]
+BACKBONES = ["minilm", "tiny", "roberta_large", "longformer_base", "longformer_large", "deberta_v3_large", "minilm_long",
+             "tiny_longformer"]
 TINY_RUN = ["backbone=tiny", "dataset.sample=true", "dataset.train_size=12", "eval_size=10",
             "trainer.enable_progress_bar=false", "model.eval_batch_size=64"]
 
@@ -28,8 +30,20 @@ TINY_RUN = ["backbone=tiny", "dataset.sample=true", "dataset.train_size=12", "ev
 def test_every_model_and_dataset_config_composes_and_instantiates(model: str, dataset: str, compose_train_cfg) -> None:
     cfg = compose_train_cfg([f"model={model}", f"dataset={dataset}"])
     recipe = instantiate(cfg.model, _recursive_=False)
-    assert isinstance(recipe, SelectAnswer) and recipe.top_k == cfg.dataset.paper_settings.answerer_top_k
-    assert recipe.selector_cfg.max_epochs == {"musique_ans": 3, "musique_full": 3}.get(dataset, 10)
+    assert recipe.name == model
+    if model == "select_answer":
+        assert isinstance(recipe, SelectAnswer) and recipe.top_k == cfg.dataset.paper_settings.answerer_top_k
+        paper_epochs = {"musique_ans": 3, "musique_full": 3}.get(dataset, 10)
+        assert recipe.selector_cfg.max_epochs == (6 if cfg.dataset.sample else paper_epochs)
+    else:
+        assert isinstance(recipe, End2End) and recipe.empty_question == (model == "c_only")
+        paragraph_tokens = {"hotpotqa_20k": 300, "2wiki_20k": 500}.get(dataset, 250)
+        assert recipe.reader_cfg.max_paragraph_tokens == paragraph_tokens
+        assert recipe.reader_cfg.max_question_tokens == 150 and recipe.reader_cfg.max_length == 4000
+        official = compose_train_cfg([f"model={model}", f"dataset={dataset}", "dataset.sample=false"]).model.reader
+        effective_batch = official.micro_batch_size * official.accumulate_grad_batches
+        assert effective_batch == (12 if dataset.startswith("musique") else 16) and official.gradient_checkpointing
+        assert official.max_epochs == 3 and official.validate
     trainer = instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
     assert trainer.gradient_clip_val == 1.0 and trainer.max_epochs == 3
 
