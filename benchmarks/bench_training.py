@@ -30,8 +30,8 @@ from transformers import get_linear_schedule_with_warmup
 
 from musique_models import PROJECT_ROOT
 from musique_models.data.source import DatasetSource
-from musique_models.features.answerer import featurize_answerer, ordered_paragraphs
-from musique_models.features.context import build_context
+from musique_models.features.answerer import featurize_answerer
+from musique_models.features.context import build_context, ordered_paragraphs
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import load_tokenizer
 from musique_models.training.datamodule import featurize

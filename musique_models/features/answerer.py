@@ -17,15 +17,8 @@ import numpy as np
 import pyarrow as pa
 from transformers import PreTrainedTokenizerFast
 
-from musique_models.features.context import answer_type, build_context, locate_answer
+from musique_models.features.context import answer_type, build_context, locate_answer, ordered_paragraphs
 from musique_models.models.backbone import PARAGRAPH_MARKER
-
-
-def ordered_paragraphs(paragraphs: list[dict], selected_idxs: list[int]) -> list[dict]:
-    """The selected paragraphs, in the selector's rank order."""
-    by_idx = {paragraph["idx"]: paragraph for paragraph in paragraphs}
-    return [by_idx[idx] for idx in selected_idxs]
-
 
 ANSWERER_FEATURES = datasets.Features({
     "input_ids": datasets.List(datasets.Value("int32")),

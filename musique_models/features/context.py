@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from musique_models.evaluation.metrics import normalize_answer
 from musique_models.models.backbone import PARAGRAPH_MARKER
@@ -34,6 +35,25 @@ def build_context(paragraphs: Sequence[dict], include_title: bool) -> tuple[str,
         length = text_start + len(paragraph["text"]) + 1
         spans.append(ParagraphSpan(paragraph["idx"], marker_start, text_start, text_start + len(paragraph["text"])))
     return "".join(pieces), spans
+
+
+def ordered_paragraphs(paragraphs: list[dict], selected_idxs: list[int]) -> list[dict]:
+    """The selected paragraphs, in the given (rank or dataset) order."""
+    by_idx = {paragraph["idx"]: paragraph for paragraph in paragraphs}
+    return [by_idx[idx] for idx in selected_idxs]
+
+
+class ContextBuilder:
+    """Rebuilds the reader context of a row of a table with `selected_idxs` (picklable, for DDP spawn): what
+    decoding slices answers from."""
+
+    def __init__(self, table: Any, include_title: bool) -> None:
+        self.table = table
+        self.include_title = include_title
+
+    def __call__(self, row: int) -> str:
+        example = self.table[row]
+        return build_context(ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), self.include_title)[0]
 
 
 def answer_type(answer: str) -> int:

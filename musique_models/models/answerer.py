@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torchmetrics import Metric
 
-from musique_models.evaluation.gold import GoldInstance
 from musique_models.evaluation.evaluator import evaluate_predictions
+from musique_models.evaluation.gold import GoldInstance
 from musique_models.evaluation.predictions import Prediction
 from musique_models.evaluation.torchmetric import state_table
 from musique_models.models.backbone import BackboneSpec, load_encoder

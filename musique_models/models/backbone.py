@@ -81,13 +81,6 @@ class BackboneSpec:
         raise BackboneError(f"backbone {self.name!r}: unknown source {self.source!r} "
                             "(hub, package, random or converted)")
 
-    @property
-    def is_longformer(self) -> bool:
-        """Whether the encoder is a Longformer (reads long inputs in one window, takes global attention)."""
-        if self.source == "converted" or self.model_type == "longformer":
-            return True
-        return self.source != "random" and AutoConfig.from_pretrained(self.model_dir()).model_type == "longformer"
-
 
 # Checkpoints keep the spec in their hyperparameters; allow it in torch's weights-only checkpoint loading.
 torch.serialization.add_safe_globals([BackboneSpec])

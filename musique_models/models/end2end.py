@@ -21,10 +21,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from musique_models.evaluation.predictions import Prediction
+from musique_models.features.context import ContextBuilder
 from musique_models.features.end2end import featurize_end2end
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneError, BackboneSpec, load_tokenizer
-from musique_models.models.select_answer import ContextBuilder
 from musique_models.training.datamodule import QADataModule, featurize
 from musique_models.training.reader import fit_and_predict_reader, has_unanswerable
 

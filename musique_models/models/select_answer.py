@@ -17,8 +17,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from musique_models.evaluation.predictions import Prediction
-from musique_models.features.answerer import featurize_answerer, ordered_paragraphs
-from musique_models.features.context import build_context
+from musique_models.features.answerer import featurize_answerer
+from musique_models.features.context import ContextBuilder
 from musique_models.features.selector import featurize_selector
 from musique_models.io import write_json
 from musique_models.models.answerer import MultiParagraphAnswerer
@@ -30,18 +30,6 @@ from musique_models.training.reader import fit_and_predict_reader, has_unanswera
 from musique_models.training.stage import predict, run_stage
 
 log = logging.getLogger(__name__)
-
-
-class ContextBuilder:
-    """Rebuilds the answerer's context of an evaluation row (picklable, for DDP spawn)."""
-
-    def __init__(self, table: datasets.Dataset, include_title: bool) -> None:
-        self.table = table
-        self.include_title = include_title
-
-    def __call__(self, row: int) -> str:
-        example = self.table[row]
-        return build_context(ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), self.include_title)[0]
 
 
 class SelectAnswer:

@@ -15,7 +15,7 @@ from musique_models import PROJECT_ROOT
 from musique_models.data.source import DatasetSource
 from musique_models.features.context import build_context
 from musique_models.features.end2end import featurize_end2end, shared_cap
-from musique_models.models.backbone import BackboneError, PARAGRAPH_MARKER, load_tokenizer
+from musique_models.models.backbone import PARAGRAPH_MARKER, BackboneError, load_tokenizer
 from musique_models.models.decoding import decode_predictions, window_outputs
 from musique_models.models.end2end import End2End, End2EndReader, _in_dataset_order
 from musique_models.training.datamodule import featurize

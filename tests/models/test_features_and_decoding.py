@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
 from musique_models.data.source import DatasetSource
-from musique_models.features.answerer import featurize_answerer, ordered_paragraphs
-from musique_models.features.context import build_context
+from musique_models.features.answerer import featurize_answerer
+from musique_models.features.context import ContextBuilder, build_context, ordered_paragraphs
 from musique_models.features.selector import featurize_selector
 from musique_models.models.backbone import PARAGRAPH_MARKER, load_tokenizer
 from musique_models.models.decoding import best_spans, decode_predictions, window_outputs
@@ -91,10 +91,7 @@ def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path)
         assert bool(in_context[window, start[window]:end[window] + 1].all())
     window_table, marker_table = window_outputs(batch, outputs, 30)
 
-    def context_of(row: int) -> str:
-        example = table[row]
-        return build_context(ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), False)[0]
-
+    context_of = ContextBuilder(table, include_title=False)
     predictions = decode_predictions(window_table, marker_table, table["id"], context_of)
     assert [p.id for p in predictions] == table["id"]
     for row, prediction in enumerate(predictions):

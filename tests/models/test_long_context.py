@@ -110,7 +110,7 @@ def test_built_on_first_use_then_reused_and_rebuilt_when_settings_change(minilm_
 
 def test_minilm_long_backbone_config_builds_offline_into_the_cache(compose_train_cfg, tmp_path: Path) -> None:
     spec = instantiate(compose_train_cfg(["backbone=minilm_long"]).backbone)
-    assert spec.is_longformer and spec.max_length == 4096
+    assert spec.source == "converted" and spec.max_length == 4096
     tokenizer = load_tokenizer(spec)  # converts on first use
     assert Path(spec.model_dir()).is_relative_to(tmp_path) and tokenizer.model_max_length == 4096
     encoder = load_encoder(spec, len(tokenizer))
