@@ -23,8 +23,8 @@ else:
     from omegaconf import DictConfig
 
     import musique_models  # noqa: F401  (sets PROJECT_ROOT for the configs)
-    from musique_models.cli import user_errors_exit
-    from musique_models.evaluation.run import evaluate
+    from musique_models.cli.evaluate import evaluate
+    from musique_models.errors import user_errors_exit
 
     @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
     def main(cfg: DictConfig) -> dict[str, float]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -41,3 +44,36 @@ class DataFormatError(MusiqueModelsError, ValueError):
 
 class DatasetNotFoundError(MusiqueModelsError, FileNotFoundError):
     """A configured dataset file is absent; the message says where to get it."""
+
+
+# Hydra and OmegaConf errors that come from what a user typed (a bad override, an unknown option, a missing key).
+_CONFIG_ERRORS = ("ConfigCompositionException", "OverrideParseException", "MissingConfigException",
+                  "MissingMandatoryValue", "ConfigKeyError", "ConfigAttributeError", "InterpolationResolutionError",
+                  "InterpolationKeyError", "ValidationError", "ConfigTypeError")
+
+
+def user_error_message(error: BaseException) -> str | None:
+    """The one-line message for an error a user caused (the package's own, or a config error), else None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, MusiqueModelsError):
+            return str(error)
+        if type(error).__name__ in _CONFIG_ERRORS:
+            return " ".join(str(error).split("Config search path")[0].split())
+        error = error.__cause__ or error.__context__  # instantiate() wraps the error of the object it builds
+    return None
+
+
+@contextmanager
+def user_errors_exit() -> Iterator[None]:
+    """Turn the errors a user can cause (bad files, missing data, bad overrides) into one line on stderr and exit
+    status 2; anything else (a bug) keeps its traceback."""
+    try:
+        yield
+    except Exception as error:
+        message = user_error_message(error)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -19,9 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from musique_models.cli import user_errors_exit
 from musique_models.data.readers import read_examples
 from musique_models.data.schema import Example, Paragraph
+from musique_models.errors import user_errors_exit
 from musique_models.io import write_jsonl
 
 _CANDIDATES_PER_CONTRAST = 400

@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from hydra.utils import instantiate
 
     from musique_models import PROJECT_ROOT
-    from musique_models.cli import user_errors_exit
+    from musique_models.errors import user_errors_exit
 
     arguments = list(sys.argv[1:] if argv is None else argv)
     options = {"split": "dev", "out": None, "partition": "half"}

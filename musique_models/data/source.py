@@ -14,8 +14,8 @@ from pathlib import Path
 import datasets
 from datasets.arrow_writer import ArrowWriter
 
-from musique_models.data.readers import READERS, check_musique_full_pairs
 from musique_models.data.features import FEATURES
+from musique_models.data.readers import READERS, check_musique_full_pairs
 from musique_models.data.schema import Example
 from musique_models.data.subsample import subsample_indices
 from musique_models.errors import DatasetNotFoundError

@@ -97,7 +97,7 @@ def main(overrides: Sequence[str] | None = None) -> None:
     from hydra.utils import instantiate
 
     from musique_models import PROJECT_ROOT
-    from musique_models.cli import user_errors_exit
+    from musique_models.errors import user_errors_exit
 
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=list(sys.argv[1:] if overrides is None else overrides))

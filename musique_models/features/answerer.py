@@ -17,8 +17,13 @@ import numpy as np
 import pyarrow as pa
 from transformers import PreTrainedTokenizerFast
 
-from musique_models.features.context import answer_type, build_context, locate_answer, ordered_paragraphs
-from musique_models.models.backbone import PARAGRAPH_MARKER
+from musique_models.features.context import (
+    PARAGRAPH_MARKER,
+    answer_type,
+    build_context,
+    locate_answer,
+    ordered_paragraphs,
+)
 
 ANSWERER_FEATURES = datasets.Features({
     "input_ids": datasets.List(datasets.Value("int32")),

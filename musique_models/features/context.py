@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from musique_models.evaluation.metrics import normalize_answer
-from musique_models.models.backbone import PARAGRAPH_MARKER
 
+# Marks the start of each paragraph in a reader's input (added to every tokenizer as a special token).
+PARAGRAPH_MARKER = "[[PP]]"
+# What an answer-type head predicts: a span of the context, or yes / no (HotpotQA and 2Wiki comparisons).
 ANSWER_TYPES = ("span", "yes", "no")
 
 

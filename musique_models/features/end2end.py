@@ -19,8 +19,14 @@ import pyarrow as pa
 from transformers import PreTrainedTokenizerFast
 
 from musique_models.features.answerer import ANSWERER_FEATURES
-from musique_models.features.context import ParagraphSpan, answer_type, build_context, locate_answer, ordered_paragraphs
-from musique_models.models.backbone import PARAGRAPH_MARKER
+from musique_models.features.context import (
+    PARAGRAPH_MARKER,
+    ParagraphSpan,
+    answer_type,
+    build_context,
+    locate_answer,
+    ordered_paragraphs,
+)
 
 END2END_FEATURES = datasets.Features({**ANSWERER_FEATURES, "global_positions": datasets.List(datasets.Value("int32"))})
 

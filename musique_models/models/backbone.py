@@ -24,8 +24,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from musique_models.errors import MusiqueModelsError
-
-PARAGRAPH_MARKER = "[[PP]]"
+from musique_models.features.context import PARAGRAPH_MARKER
 
 
 class BackboneError(MusiqueModelsError):

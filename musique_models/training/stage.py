@@ -1,9 +1,11 @@
-"""One training stage: build the Trainer from the configs, fit (or resume), test the best checkpoint, predict."""
+"""One training stage: build the Trainer from the configs, fit (or resume), keep the best weights, predict."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,64 +13,65 @@ from typing import Any
 import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.loggers import Logger
 
 from musique_models.io import write_json
+from musique_models.training.loggers import StageLogger
 
 log = logging.getLogger(__name__)
+
+STAGE_FILE = "stage.json"
+# Keys of the `trainer` config that are this project's, not the Lightning Trainer's.
+PROJECT_TRAINER_KEYS = ("threads",)
 
 
 @dataclass
 class StageResult:
-    """What a finished stage leaves: its best checkpoint."""
+    """What a finished stage leaves: its best weights (a weights-only checkpoint)."""
 
     best_checkpoint: str
 
 
-def _callbacks(cfg: DictConfig, checkpoint_dir: Path, monitor: str | None, mode: str) -> list[pl.Callback]:
-    """The configured callbacks for one stage. Without a `monitor` (a stage that does not validate) the
-    checkpoint keeps the final weights and early stopping is left out."""
+def stage_callbacks(cfg: DictConfig, checkpoint_dir: Path, monitor: str | None, mode: str,
+                    has_loggers: bool) -> list[pl.Callback]:
+    """Every entry of the `callbacks` group, instantiated for one stage (a user's extra callback works as is).
+
+    Per stage: an entry with a `dirpath` key writes under the stage's `checkpoints/` folder (its own value, when
+    set, is a subfolder); an entry with a non-null `monitor` watches the stage's validation metric, and is left
+    out when the stage does not validate. Learning-rate monitors need a logger and progress bars an enabled bar:
+    they are left out otherwise.
+    """
     callbacks = []
     for name, callback_cfg in (cfg.get("callbacks") or {}).items():
-        if callback_cfg is None:
+        if callback_cfg is None or "_target_" not in callback_cfg:
             continue
         overrides: dict[str, Any] = {}
+        if "dirpath" in callback_cfg:
+            subfolder = callback_cfg.get("dirpath")
+            overrides["dirpath"] = str(checkpoint_dir / subfolder if subfolder else checkpoint_dir)
         if callback_cfg.get("monitor") is not None:
-            if monitor is None and name != "model_checkpoint":
+            if monitor is None:
                 continue
             overrides.update(monitor=monitor, mode=mode)
-        if name == "model_checkpoint":
-            overrides["dirpath"] = str(checkpoint_dir)
-        if name == "step_checkpoint":
-            if not callback_cfg.get("every_n_train_steps"):
-                continue
-            overrides["dirpath"] = str(checkpoint_dir / "steps")
+        if name == "step_checkpoint" and not callback_cfg.get("every_n_train_steps"):
+            continue
         callback = instantiate(callback_cfg, **overrides)
+        if isinstance(callback, LearningRateMonitor) and not has_loggers:
+            log.debug("no logger: the learning-rate monitor is left out")
+            continue
         if isinstance(callback, ProgressBar) and not cfg.trainer.get("enable_progress_bar", True):
             continue
         callbacks.append(callback)
     return callbacks
 
 
-def _loggers(cfg: DictConfig, stage_dir: Path, shared: list[Logger]) -> list[Logger]:
-    loggers = list(shared)
-    for name, logger_cfg in (cfg.get("logger") or {}).items():
-        if logger_cfg is not None and name == "csv":
-            loggers.append(instantiate(logger_cfg, save_dir=str(stage_dir), name="csv"))
-    return loggers
-
-
-def resolve_resume_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
-    """`last` -> the newer of the stage's last.ckpt (written at validation) and steps/last.ckpt (every N steps),
-    or None to start fresh when neither exists; a path is used as given."""
-    if ckpt_path is None:
-        return None
-    if ckpt_path == "last":
-        candidates = [path for path in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps" / "last.ckpt")
-                      if path.exists()]
-        return str(max(candidates, key=lambda path: path.stat().st_mtime_ns)) if candidates else None
-    return ckpt_path
+def lightning_trainer_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    """`cfg.trainer` without this project's own keys (`threads`)."""
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    for key in PROJECT_TRAINER_KEYS:
+        trainer_cfg.pop(key, None)
+    return trainer_cfg
 
 
 def build_trainer(cfg: DictConfig, stage_cfg: DictConfig, callbacks: list[pl.Callback], loggers: list[Logger],
@@ -79,39 +82,82 @@ def build_trainer(cfg: DictConfig, stage_cfg: DictConfig, callbacks: list[pl.Cal
                                                                  "check_val_every_n_epoch") if stage_cfg.get(key)}
     if not stage_cfg.get("validate", True):
         overrides["limit_val_batches"] = 0
-    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(stage_dir),
-                       **overrides)
+    return instantiate(lightning_trainer_kwargs(cfg), callbacks=callbacks, logger=loggers or False,
+                       default_root_dir=str(stage_dir), **overrides)
+
+
+def resolve_resume_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
+    """`last` -> the newer of the stage's last.ckpt (every epoch) and steps/last.ckpt (every N steps), or None to
+    start the stage fresh when neither exists; a path is used as given."""
+    if ckpt_path is None:
+        return None
+    if ckpt_path == "last":
+        candidates = [path for path in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps" / "last.ckpt")
+                      if path.exists()]
+        return str(max(candidates, key=lambda path: path.stat().st_mtime_ns)) if candidates else None
+    return ckpt_path
+
+
+def finished_stage(run_dir: Path, name: str) -> dict[str, Any] | None:
+    """The record of stage `name` if it finished in `run_dir` (its paths made absolute again), else None."""
+    marker = run_dir / name / STAGE_FILE
+    if not marker.exists():
+        return None
+    record = json.loads(marker.read_text())
+    record["best_checkpoint"] = str(run_dir / record["best_checkpoint"])
+    return record
+
+
+def logged_steps_before(run_dir: Path, name: str) -> int:
+    """Logger steps taken by the run's other finished stages: where stage `name`'s steps start."""
+    return sum(json.loads(marker.read_text()).get("logged_steps", 0)
+               for marker in run_dir.glob(f"*/{STAGE_FILE}") if marker.parent.name != name)
 
 
 def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig,
               stage_cfg: DictConfig, run_dir: Path, monitor: str, mode: str = "max",
               shared_loggers: list[Logger] = ()) -> StageResult:
-    """Fit `module` as stage `name` in `run_dir/name`, resuming when `cfg.ckpt_path` says so; return the best
-    checkpoint. (Each recipe then tests it by predicting the evaluation split with it and scoring the
-    predictions with the evaluator.) A finished stage writes `stage.json`; `ckpt_path=last` skips it. A stage
-    with `validate: false` never validates and its "best" checkpoint holds the final weights."""
-    stage_dir = run_dir / name
-    marker = stage_dir / "stage.json"
-    if cfg.get("ckpt_path") and marker.exists():
-        finished = json.loads(marker.read_text())
-        log.info("stage %s already finished in %s: reusing %s", name, stage_dir, finished["best_checkpoint"])
+    """Fit `module` as stage `name` in `run_dir/name`, resuming when `cfg.ckpt_path` says so; return its best
+    weights.
+
+    A finished stage keeps only `checkpoints/best.ckpt` (weights, no optimizer state: the best validation epoch,
+    or the final weights of a stage with `validate: false`) and writes `stage.json` (paths relative to the run
+    folder, so a moved folder still resumes); `ckpt_path=last` then skips it. The resume checkpoints (`last.ckpt`,
+    with optimizer, scheduler, RNG and loader states) exist only while the stage runs.
+    """
+    finished = finished_stage(run_dir, name)
+    if cfg.get("ckpt_path") and finished is not None:
+        log.info("stage %s already finished in %s: reusing %s", name, run_dir / name, finished["best_checkpoint"])
         return StageResult(finished["best_checkpoint"])
+    stage_dir = run_dir / name
     checkpoint_dir = stage_dir / "checkpoints"
-    callbacks = _callbacks(cfg, checkpoint_dir, monitor if stage_cfg.get("validate", True) else None, mode)
-    trainer = build_trainer(cfg, stage_cfg, callbacks, _loggers(cfg, stage_dir, list(shared_loggers)), stage_dir)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_resume_path(cfg.get("ckpt_path"), checkpoint_dir))
-    checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor is not None), None)
-    best = (checkpoint.best_model_path or checkpoint.last_model_path) if checkpoint else ""
-    if not best:
-        best = str(checkpoint_dir / "final.ckpt")
-        trainer.save_checkpoint(best)
-    write_json(marker, {"best_checkpoint": best})
+    validates = bool(stage_cfg.get("validate", True))
+    loggers = [StageLogger(logger, name, logged_steps_before(run_dir, name)) for logger in shared_loggers]
+    callbacks = stage_callbacks(cfg, checkpoint_dir, monitor if validates else None, mode, bool(loggers))
+    trainer = build_trainer(cfg, stage_cfg, callbacks, loggers, stage_dir)
+    resume_from = resolve_resume_path(cfg.get("ckpt_path"), checkpoint_dir)
+    if resume_from is not None:
+        log.info("stage %s resumes from %s", name, resume_from)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    best_callback = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor is not None), None)
+    best = best_callback.best_model_path if best_callback is not None else ""
+    if not best:  # the stage did not validate (or ran with fast_dev_run): its final weights are the best
+        best = str(checkpoint_dir / "best.ckpt")
+        trainer.save_checkpoint(best, weights_only=True)
+    for resume_point in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps"):
+        if resume_point.is_dir():
+            shutil.rmtree(resume_point)
+        else:
+            resume_point.unlink(missing_ok=True)
+    logged = trainer.fit_loop.epoch_loop._batches_that_stepped
+    write_json(stage_dir / STAGE_FILE, {"best_checkpoint": os.path.relpath(Path(best).resolve(), run_dir.resolve()),
+                                        "logged_steps": int(logged) + 1})
     return StageResult(best)
 
 
 def predict(module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig) -> list[Any]:
     """Run prediction in this process on one device (the loaders cover the whole split, so nothing is lost)."""
-    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg = lightning_trainer_kwargs(cfg)
     trainer = pl.Trainer(accelerator=trainer_cfg.get("accelerator", "auto"), devices=1,
                          precision=trainer_cfg.get("precision", "32-true"), logger=False,
                          enable_progress_bar=bool(trainer_cfg.get("enable_progress_bar", True)),

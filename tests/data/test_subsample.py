@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from musique_models.data.subsample import subsample_indices
 from musique_models.data.source import DatasetSource
+from musique_models.data.subsample import subsample_indices
 from tests.conftest import SAMPLES
 
 IDS = [f"q{i}" for i in range(1000)]

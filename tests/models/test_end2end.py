@@ -12,15 +12,16 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
+from musique_models.cli.train import train
 from musique_models.data.source import DatasetSource
-from musique_models.features.context import build_context
+from musique_models.features.context import PARAGRAPH_MARKER, build_context
 from musique_models.features.end2end import featurize_end2end, shared_cap
-from musique_models.models.backbone import PARAGRAPH_MARKER, BackboneError, load_tokenizer
+from musique_models.models.backbone import BackboneError, load_tokenizer
 from musique_models.models.decoding import decode_predictions, window_outputs
-from musique_models.models.end2end import End2End, End2EndReader, _in_dataset_order
+from musique_models.models.end2end import End2EndReader
+from musique_models.recipes.end2end import End2End, _in_dataset_order
 from musique_models.training.datamodule import featurize
 from musique_models.training.loaders import PaddingCollator
-from musique_models.training.pipeline import train
 from tests.conftest import DATASET_CONFIGS, SAMPLES
 
 TINY_END2END = ["backbone=tiny_longformer", "dataset.sample=true", "dataset.train_size=6", "eval_size=4",

@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 from musique_models import PROJECT_ROOT
 from musique_models.data.source import DatasetSource
 from musique_models.features.answerer import featurize_answerer
-from musique_models.features.context import ContextBuilder, build_context, ordered_paragraphs
+from musique_models.features.context import PARAGRAPH_MARKER, ContextBuilder, build_context, ordered_paragraphs
 from musique_models.features.selector import featurize_selector
-from musique_models.models.backbone import PARAGRAPH_MARKER, load_tokenizer
+from musique_models.models.backbone import load_tokenizer
 from musique_models.models.decoding import best_spans, decode_predictions, window_outputs
 from musique_models.training.datamodule import featurize
 from musique_models.training.loaders import BalancedNegatives, PaddingCollator

@@ -12,8 +12,8 @@ It calls the package's one metrics implementation (`musique_models.evaluation.me
 """
 
 import datasets
-import evaluate
 
+import evaluate
 from musique_models.evaluation.evaluator import score_instance
 from musique_models.evaluation.gold import GoldInstance
 from musique_models.evaluation.metrics import aggregate

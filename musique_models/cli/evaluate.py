@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from omegaconf import DictConfig
+from rich.console import Console
 
 from musique_models.evaluation.evaluator import evaluate_dire_files, evaluate_files, metrics_table, write_report
 

@@ -24,9 +24,10 @@ from musique_models.io import write_json
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.selector import ParagraphSelector, RankingMetric, rank_paragraphs
+from musique_models.recipes.base import RunContext
+from musique_models.recipes.reader import fit_and_predict_reader
 from musique_models.training.datamodule import QADataModule, featurize
 from musique_models.training.loaders import BalancedNegatives
-from musique_models.training.reader import fit_and_predict_reader, has_unanswerable
 from musique_models.training.stage import predict, run_stage
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class SelectAnswer:
                                           eval_batch_size=self.eval_batch_size, num_workers=self.num_workers, seed=seed,
                                           train_subset=train_subset)
 
-    def run(self, context: Any) -> list[Prediction]:
+    def run(self, context: RunContext) -> list[Prediction]:
         cfg, run_dir = context.cfg, context.run_dir
         backbone: BackboneSpec = instantiate(cfg.backbone)
         tokenizer = load_tokenizer(backbone)
@@ -104,7 +105,7 @@ class SelectAnswer:
         train_windows = featurize(train_table, featurize_answerer, tokenizer, cache, "answerer-train", **answerer_settings)
         eval_windows = featurize(eval_table, featurize_answerer, tokenizer, cache, "answerer-eval", **answerer_settings)
         answerer = MultiParagraphAnswerer(
-            backbone, len(tokenizer), answerability_head=has_unanswerable(context),
+            backbone, len(tokenizer), answerability_head=context.has_unanswerable,
             answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)), lr=self.answerer_cfg.lr,
             warmup_ratio=self.answerer_cfg.warmup_ratio, max_answer_tokens=self.answerer_cfg.max_answer_tokens)
         answerer_data = self._datamodule(self.answerer_cfg, tokenizer, cfg.seed, train_windows, eval_windows)

@@ -1,0 +1,214 @@
+"""The body of `train.py`: load the data, run the configured recipe, write official predictions and metrics."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from musique_models.errors import MusiqueModelsError
+from musique_models.io import write_json
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "status.json"
+CONFIG_FILE = "config.yaml"
+# Keys that may differ between a run and its resumption (`ckpt_path=last`): where files are, how to show progress.
+RESUME_SAFE_KEYS = ("ckpt_path", "paths", "trainer.enable_progress_bar", "trainer.threads", "model.num_workers")
+
+
+class RunConfigError(MusiqueModelsError):
+    """The run's configuration cannot be carried out as asked (resume, split, device)."""
+
+
+def run_dir(cfg: DictConfig) -> Path:
+    """The run folder: Hydra's output folder when run through Hydra, else `paths.output_dir`."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path(cfg.paths.output_dir)
+
+
+def train(cfg: DictConfig) -> float | None:
+    """Load the dataset, train the configured recipe, predict the evaluation split and score it.
+
+    Writes into the run folder `config.yaml`, `status.json` (running / finished / failed, with the error),
+    `predictions.jsonl` (official format) and `metrics.json` (the evaluator's keys); returns
+    `cfg.optimized_metric` for Hydra sweepers (None when no model is configured).
+    """
+    output_dir = run_dir(cfg)
+    console = Console()
+    console.print(f"run folder: {output_dir}")
+    log.info("run folder: %s", output_dir)
+    check_run_config(cfg, output_dir)
+    write_json(output_dir / STATUS_FILE, {"status": "running", "pid": os.getpid()})
+    try:
+        result = _train(cfg, output_dir, console)
+    except BaseException as error:
+        message = f"{type(error).__name__}: {error}"
+        log.error("run failed: %s", message)
+        write_json(output_dir / STATUS_FILE, {"status": "failed", "error": message})
+        raise
+    write_json(output_dir / STATUS_FILE, {"status": "finished"})
+    return result
+
+
+def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
+    """Refuse, before anything is loaded, what cannot be done as asked: a resume of another run's config, a new
+    run over a finished one, an unknown evaluation split, `eval_size` <= 0, a GPU trainer without a GPU."""
+    saved = output_dir / CONFIG_FILE
+    if cfg.get("ckpt_path") == "last":
+        if not saved.exists():
+            raise RunConfigError(f"ckpt_path=last resumes the run in hydra.run.dir=<run folder>, but {output_dir} "
+                                 "holds no run (pass hydra.run.dir=logs/train/runs/<time> of the run to resume)")
+        differing = config_differences(OmegaConf.load(saved), cfg)
+        if differing:
+            raise RunConfigError(f"{output_dir} holds a run with another configuration; resuming it would mix the "
+                                 f"two. Differing keys: {', '.join(differing)}")
+    elif saved.exists():
+        raise RunConfigError(f"{output_dir} already holds a run; resume it with ckpt_path=last (same arguments) or "
+                             "choose another hydra.run.dir")
+    splits = list(cfg.dataset.sample_files if cfg.dataset.get("sample") else cfg.dataset.files)
+    if cfg.eval_split not in splits:
+        raise RunConfigError(f"eval_split={cfg.eval_split}: {cfg.dataset.name} has no such split here "
+                             f"(choose one of {', '.join(splits)})")
+    if cfg.get("eval_size") is not None and int(cfg.eval_size) <= 0:
+        raise RunConfigError(f"eval_size={cfg.eval_size}: give a positive number of questions, or eval_size=null "
+                             "for the whole split")
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise RunConfigError(f"trainer accelerator={accelerator}, but this machine has no usable GPU "
+                             "(use trainer=cpu, or trainer=default to pick the device automatically)")
+
+
+def config_differences(saved: DictConfig, current: DictConfig) -> list[str]:
+    """Keys whose resolved values differ between a saved run config and `current`, leaving out the resume-safe
+    keys and every key whose value is derived from `paths` (a moved run folder still resumes)."""
+    current_resolved = _flatten(OmegaConf.to_container(current, resolve=True))
+    raw = _flatten(OmegaConf.to_container(current, resolve=False))
+    saved_values = _flatten(OmegaConf.to_container(saved, resolve=False))
+    differing = []
+    for key in sorted(set(current_resolved) | set(saved_values)):
+        if any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS):
+            continue
+        if "${paths." in str(raw.get(key, "")) or "${hydra:" in str(raw.get(key, "")):
+            continue
+        if current_resolved.get(key, "<absent>") != saved_values.get(key, "<absent>"):
+            differing.append(key)
+    return differing
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}{key}."))
+        return flat or {prefix.rstrip("."): {}}
+    return {prefix.rstrip("."): value}
+
+
+def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
+    quiet_libraries()
+    set_threads(cfg.trainer.get("threads"))
+    import pytorch_lightning as pl
+    from hydra.utils import instantiate
+
+    from musique_models.data.schema import Example
+    from musique_models.data.source import DatasetSource
+    from musique_models.data.summary import print_summary
+    from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
+    from musique_models.evaluation.gold import gold_from_example
+    from musique_models.evaluation.predictions import write_predictions
+    from musique_models.recipes.base import Recipe, RunContext
+    from musique_models.training.loggers import run_loggers
+    from musique_models.training.malloc import keep_freed_memory
+
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    keep_freed_memory()
+    if not (output_dir / CONFIG_FILE).exists():
+        OmegaConf.save(cfg, output_dir / CONFIG_FILE, resolve=True)
+    source: DatasetSource = instantiate(cfg.dataset)
+    splits = {split: source.load(split, run_dir=output_dir) for split in source.splits}
+    if cfg.get("eval_size"):
+        splits[cfg.eval_split] = first_questions(splits[cfg.eval_split], cfg.eval_size)
+    show(console, lambda target: print_summary(source, splits, target))
+    if cfg.get("model") is None:
+        log.warning("No model is configured (~model): nothing was trained. Choose one with model=<name> "
+                    "(see conf/model/).")
+        return None
+    evaluation = splits[cfg.eval_split]
+    loggers = run_loggers(cfg, output_dir)
+    context = RunContext(cfg=cfg, source=source, train=splits["train"], evaluation=evaluation,
+                         eval_golds=[gold_from_example(Example.from_dict(row), i) for i, row in enumerate(evaluation)],
+                         run_dir=output_dir, loggers=loggers)
+    recipe = instantiate(cfg.model, _recursive_=False)
+    if not isinstance(recipe, Recipe):
+        raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name and run)")
+    try:
+        predictions = recipe.run(context)
+    except BaseException:
+        for logger in loggers:
+            logger.finalize("failed")
+        raise
+    report = evaluate_predictions(context.eval_golds, predictions)
+    write_predictions(output_dir / "predictions.jsonl", predictions)
+    write_json(output_dir / "metrics.json", report.metrics)
+    for logger in loggers:
+        logger.log_metrics({f"test/{key}": value for key, value in report.metrics.items()})
+        logger.finalize("success")
+    title = f"{cfg.model_name} on {source.name} {cfg.eval_split}"
+    show(console, lambda target: target.print(metrics_table(report.metrics, title=title)))
+    log.info("predictions: %s  metrics: %s", output_dir / "predictions.jsonl", output_dir / "metrics.json")
+    log.info("disk used by the run folder: %.1f MB", folder_megabytes(output_dir))
+    return report.metrics.get(cfg.optimized_metric)
+
+
+def first_questions(table: Any, count: int) -> Any:
+    """The rows of the first `count` distinct question ids (MuSiQue-Full twins stay together)."""
+    kept = set(list(dict.fromkeys(table["id"]))[:count])
+    return table.select([row for row, question_id in enumerate(table["id"]) if question_id in kept])
+
+
+def folder_megabytes(folder: Path) -> float:
+    """Bytes of every file under `folder`, in MB."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) / 1e6
+
+
+def show(console: Console, render: Any) -> None:
+    """Print a rich table on the console and write the same text into the run's log file (`train.log`)."""
+    recorder = Console(record=True, width=console.width, file=open(os.devnull, "w"))  # noqa: SIM115
+    render(recorder)
+    render(console)
+    text = recorder.export_text()
+    record = logging.LogRecord(log.name, logging.INFO, __file__, 0, "\n%s", (text.rstrip(),), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.emit(record)
+
+
+def set_threads(threads: int | None) -> None:
+    """torch's CPU threads (`trainer.threads`); None keeps torch's default (one per physical core)."""
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    log.info("torch CPU threads: %d", torch.get_num_threads())
+
+
+def quiet_libraries() -> None:
+    """Route warnings into the log, and keep libraries' advertising and notices out of the console."""
+    logging.captureWarnings(True)
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero",
+                 "lightning_fabric.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for message in (".*does not have many workers.*", ".*is deprecated.*", ".*LeafSpec.*",
+                    ".*The number of training batches.*", ".*custom batch sampler.*", ".*torch.tensor results are registered as constants.*"):
+        warnings.filterwarnings("ignore", message=message)
+    import transformers
+
+    transformers.logging.set_verbosity_error()

@@ -1,0 +1,43 @@
+"""The contract between the training entry point and a recipe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import datasets
+from omegaconf import DictConfig
+from pytorch_lightning.loggers import Logger
+
+from musique_models.data.source import DatasetSource
+from musique_models.evaluation.gold import GoldInstance
+from musique_models.evaluation.predictions import Prediction
+
+
+@dataclass
+class RunContext:
+    """What a recipe gets: the config, the data, the evaluation split's gold, the run folder and the run's loggers."""
+
+    cfg: DictConfig
+    source: DatasetSource
+    train: datasets.Dataset
+    evaluation: datasets.Dataset
+    eval_golds: list[GoldInstance]
+    run_dir: Path
+    loggers: list[Logger]
+
+    @property
+    def has_unanswerable(self) -> bool:
+        """Whether the data holds unanswerable questions (MuSiQue-Full): readers then get an answerability head."""
+        return not all(self.evaluation["answerable"]) or not all(self.train["answerable"])
+
+
+@runtime_checkable
+class Recipe(Protocol):
+    """What `model=<name>` instantiates: `run` trains every stage and returns one official prediction per row of
+    the evaluation split, in order."""
+
+    name: str
+
+    def run(self, context: RunContext) -> list[Prediction]: ...
