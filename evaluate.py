@@ -1,4 +1,5 @@
-"""Score a prediction file against a gold file: `python evaluate.py predictions=PRED gold=GOLD output=OUT.json`."""
+"""Score a prediction file against a gold file: `python evaluate.py predictions=PRED gold=GOLD [output=OUT.json]
+[dataset=NAME | format=FORMAT]`; conf/evaluate.yaml lists every option."""
 
 from __future__ import annotations
 
@@ -19,16 +20,24 @@ if __name__ != "__main__":
     finally:
         sys.path[:] = _saved_path
 else:
+    import os
+
     import hydra
     from omegaconf import DictConfig
 
     import musique_models  # noqa: F401  (sets PROJECT_ROOT for the configs)
-    from musique_models.cli.evaluate import evaluate
     from musique_models.errors import user_errors_exit
+
+    # Hydra then raises config errors instead of printing them over several lines: user_errors_exit prints one.
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
     @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
     def main(cfg: DictConfig) -> dict[str, float]:
+        from musique_models.cli.evaluate import evaluate  # the evaluator loads only once the config has composed
+
+        # Inside the job too: Hydra writes "Error executing job with overrides: ..." before re-raising a job's error.
         with user_errors_exit():
             return evaluate(cfg)
 
-    main()
+    with user_errors_exit():  # composition errors: a bad override, an unknown dataset=
+        main()

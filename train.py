@@ -16,9 +16,10 @@ os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from musique_models.cli.train import train  # heavy libraries load only once the config has composed
+    with user_errors_exit():  # inside too: Hydra would print a line of its own before re-raising
+        from musique_models.cli.train import train  # heavy libraries load only once the config has composed
 
-    return train(cfg)
+        return train(cfg)
 
 
 if __name__ == "__main__":

@@ -2,24 +2,74 @@
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from musique_models import PROJECT_ROOT
+from musique_models.data.readers import FORMAT_NAMES
+from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.evaluator import evaluate_dire_files, evaluate_files, metrics_table, write_report
+
+MODES = ("standard", "dire")
+_REQUIRED = {
+    "predictions": "predictions=PATH (the prediction jsonl to score)",
+    "gold": "gold=PATH (the gold file: MuSiQue Ans or Full, HotpotQA or 2Wiki)",
+}
+
+
+class EvaluateConfigError(MusiqueModelsError, ValueError):
+    """An evaluate.py option that is missing, unknown or contradicts another."""
+
+
+def gold_layout(cfg: DictConfig) -> tuple[str | None, bool | None]:
+    """The gold format and MuSiQue-Full pairing asked for: from `dataset=<config>`, else `format=`, else (None,
+    None) for detection from the file."""
+    data_format = cfg.get("format")
+    if data_format is not None and data_format not in FORMAT_NAMES:
+        hint = ""
+        if (PROJECT_ROOT / "conf" / "dataset" / f"{data_format}.yaml").exists():
+            hint = f" ({data_format} is a dataset config: use dataset={data_format})"
+        raise EvaluateConfigError(f"unknown format={data_format}; expected one of: {', '.join(FORMAT_NAMES)}{hint}")
+    dataset = cfg.get("dataset")
+    if dataset is None:
+        return data_format, None
+    if data_format is not None and data_format != dataset.format:
+        raise EvaluateConfigError(
+            f"format={data_format} contradicts dataset={dataset.name} (format {dataset.format}); give only one of them"
+        )
+    return dataset.format, bool(dataset.get("paired", False))
+
+
+def check_options(cfg: DictConfig) -> None:
+    """Fail with one clear message on an unknown mode or a missing required path."""
+    if cfg.mode not in MODES:
+        raise EvaluateConfigError(f"unknown mode={cfg.mode}; expected mode=standard or mode=dire")
+    for key, usage in _REQUIRED.items():
+        if OmegaConf.is_missing(cfg, key) or not cfg[key]:
+            raise EvaluateConfigError(f"evaluate.py needs {usage}")
+    if cfg.mode == "dire" and not cfg.probe_predictions:
+        raise EvaluateConfigError("mode=dire needs probe_predictions=PATH (the DiRe probe prediction jsonl)")
+
+
+def default_output(predictions: str | Path) -> Path:
+    """Where metrics go when `output` is not given: `<predictions stem>.metrics.json` beside the predictions."""
+    predictions = Path(predictions)
+    return predictions.with_name(predictions.stem + ".metrics.json")
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Score `cfg.predictions` against `cfg.gold` (and DiRe probes with `mode=dire`); write and print metrics."""
+    check_options(cfg)
+    data_format, paired = gold_layout(cfg)
     if cfg.mode == "dire":
-        if not cfg.probe_predictions:
-            raise ValueError("mode=dire needs probe_predictions=PATH")
-        report = evaluate_dire_files(cfg.gold, cfg.predictions, cfg.probe_predictions, cfg.dataset)
-    elif cfg.mode == "standard":
-        report = evaluate_files(cfg.predictions, cfg.gold, cfg.dataset)
+        report = evaluate_dire_files(cfg.gold, cfg.predictions, cfg.probe_predictions, data_format, paired)
     else:
-        raise ValueError(f"unknown mode {cfg.mode!r}; expected 'standard' or 'dire'")
-    per_question = write_report(report, cfg.output, cfg.per_question_output)
+        report = evaluate_files(cfg.predictions, cfg.gold, data_format, paired)
+    output = Path(cfg.output) if cfg.output else default_output(cfg.predictions)
+    per_question = write_report(report, output, cfg.per_question_output)
     console = Console()
     console.print(metrics_table(report.metrics, title=f"{cfg.predictions} vs {cfg.gold}"))
-    console.print(f"metrics: {cfg.output}\nper-question scores: {per_question}")
+    console.print(f"metrics: {output}\nper-question scores: {per_question}")
     return report.metrics

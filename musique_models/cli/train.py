@@ -19,8 +19,10 @@ log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
 CONFIG_FILE = "config.yaml"
-# Keys that may differ between a run and its resumption (`ckpt_path=last`): where files are, how to show progress.
-RESUME_SAFE_KEYS = ("ckpt_path", "paths", "trainer.enable_progress_bar", "trainer.threads", "model.num_workers")
+# Keys that may differ between a run and its resumption (`ckpt_path=last`): where files are, how progress is shown
+# and logged, when resume points are written. Everything else (data, model, optimisation) must match.
+RESUME_SAFE_KEYS = ("ckpt_path", "paths", "callbacks", "logger", "trainer.enable_progress_bar", "trainer.threads",
+                    "model.num_workers", "model.eval_batch_size")
 
 
 class RunConfigError(MusiqueModelsError):
@@ -127,7 +129,7 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
     from musique_models.evaluation.gold import gold_from_example
     from musique_models.evaluation.predictions import write_predictions
     from musique_models.recipes.base import Recipe, RunContext
-    from musique_models.training.loggers import run_loggers
+    from musique_models.training.loggers import close_run_loggers, run_loggers
     from musique_models.training.malloc import keep_freed_memory
 
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -154,15 +156,14 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
     try:
         predictions = recipe.run(context)
     except BaseException:
-        for logger in loggers:
-            logger.finalize("failed")
+        close_run_loggers(loggers, "failed")
         raise
     report = evaluate_predictions(context.eval_golds, predictions)
     write_predictions(output_dir / "predictions.jsonl", predictions)
     write_json(output_dir / "metrics.json", report.metrics)
     for logger in loggers:
         logger.log_metrics({f"test/{key}": value for key, value in report.metrics.items()})
-        logger.finalize("success")
+    close_run_loggers(loggers, "success")
     title = f"{cfg.model_name} on {source.name} {cfg.eval_split}"
     show(console, lambda target: target.print(metrics_table(report.metrics, title=title)))
     log.info("predictions: %s  metrics: %s", output_dir / "predictions.jsonl", output_dir / "metrics.json")

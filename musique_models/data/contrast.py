@@ -21,11 +21,15 @@ from typing import Any
 
 from musique_models.data.readers import read_examples
 from musique_models.data.schema import Example, Paragraph
-from musique_models.errors import user_errors_exit
+from musique_models.errors import DatasetNotFoundError, MusiqueModelsError, user_errors_exit
 from musique_models.io import write_jsonl
 
 _CANDIDATES_PER_CONTRAST = 400
 _WORD = re.compile(r"\w+")
+
+
+class ContrastError(MusiqueModelsError, ValueError):
+    """A question that cannot get an unanswerable contrast (no supporting paragraph, or no fitting distractor)."""
 
 
 def _words(text: str) -> set[str]:
@@ -48,7 +52,7 @@ def make_contrast(example: Example, distractor_pool: Sequence[Paragraph], rng: r
     else:
         supporting = example.supporting_idxs
         if not supporting:
-            raise ValueError(f"question {example.id!r} has no supporting paragraph to remove")
+            raise ContrastError(f"question {example.id!r} has no supporting paragraph to remove")
         removed_idx, hop_answers, hop_question = rng.choice(supporting), [], example.question
     removed = next(paragraph for paragraph in example.paragraphs if paragraph.idx == removed_idx)
     forbidden = [answer.lower() for answer in [*hop_answers, example.answer, *example.answer_aliases] if answer.strip()]
@@ -67,10 +71,14 @@ def make_contrast(example: Example, distractor_pool: Sequence[Paragraph], rng: r
         if score > best_score:
             best, best_score = candidate, score
     if best is None:
-        raise ValueError(f"no distractor in the pool fits question {example.id!r}")
+        raise ContrastError(
+            f"no distractor in the pool fits question {example.id!r}; the pool is the other "
+            "questions' paragraphs: give a larger input file"
+        )
 
-    distractor = Paragraph(idx=removed_idx, title=best.title, text=best.text, is_supporting=False,
-                           sentences=list(best.sentences))
+    distractor = Paragraph(
+        idx=removed_idx, title=best.title, text=best.text, is_supporting=False, sentences=list(best.sentences)
+    )
     return replace(
         example,
         paragraphs=[distractor if paragraph.idx == removed_idx else paragraph for paragraph in example.paragraphs],
@@ -104,8 +112,12 @@ def to_musique_record(example: Example, **extra: Any) -> dict[str, Any]:
         ],
         "question": example.question,
         "question_decomposition": [
-            {"id": number, "question": step.question, "answer": step.answer,
-             "paragraph_support_idx": step.paragraph_support_idx}
+            {
+                "id": number,
+                "question": step.question,
+                "answer": step.answer,
+                "paragraph_support_idx": step.paragraph_support_idx,
+            }
             for number, step in enumerate(example.decomposition, start=1)
         ],
         "answer": example.answer,
@@ -120,9 +132,12 @@ def write_full_style_file(examples: Sequence[Example], output: str | Path, seed:
     rows = []
     for answerable, contrast in make_full_pairs(examples, seed):
         rows.append(to_musique_record(answerable, origin=f"real: {source}"))
-        rows.append(to_musique_record(
-            contrast, origin=f"DERIVED unanswerable contrast of {source} (musique_models.data.contrast, seed={seed})"
-        ))
+        rows.append(
+            to_musique_record(
+                contrast,
+                origin=f"DERIVED unanswerable contrast of {source} (musique_models.data.contrast, seed={seed})",
+            )
+        )
     write_jsonl(output, rows)
     return len(rows)
 
@@ -135,11 +150,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--source", help="what the input is, recorded in each row's `origin` (default: its file name)")
     args = parser.parse_args(argv)
-    with user_errors_exit():
-        examples = read_examples(args.input, args.format, dataset=f"{args.format}_contrast")
+    if not Path(args.input).is_file():
+        raise DatasetNotFoundError(
+            f"--input {args.input}: file not found; give the path of an official MuSiQue-Ans, "
+            "HotpotQA or 2WikiMultihopQA file"
+        )
+    examples = read_examples(args.input, args.format, dataset=f"{args.format}_contrast")
     count = write_full_style_file(examples, args.output, args.seed, source=args.source or Path(args.input).name)
     print(f"wrote {count} rows ({count // 2} answerable/unanswerable pairs) to {args.output}")
 
 
 if __name__ == "__main__":
-    main()
+    with user_errors_exit():  # a missing or malformed input file: one line, exit status 2
+        main()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from musique_models.errors import DataFormatError
+from musique_models.errors import DataFormatError, DatasetNotFoundError
 
 _WHITESPACE = re.compile(r"\s*")
 _DECODER = json.JSONDecoder()
@@ -19,9 +19,11 @@ def iter_json_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
     The layout is detected from the first character, so a MuSiQue file stored as a JSON list (as some
     copies are) reads the same as the official jsonl. Malformed JSON, an empty file or a record that is not
-    an object raise `DataFormatError` naming the file and line.
+    an object raise `DataFormatError` naming the file and line; a missing file raises `DatasetNotFoundError`.
     """
     path = Path(path)
+    if not path.is_file():
+        raise DatasetNotFoundError(f"{path}: file not found (check the path)")
     text = path.read_text(encoding="utf-8")
     start = _WHITESPACE.match(text).end()
     if start == len(text):

@@ -21,20 +21,34 @@ from typing import Any
 
 from musique_models.data.contrast import to_musique_record
 from musique_models.data.schema import Example
+from musique_models.errors import DataFormatError, MusiqueModelsError, user_errors_exit
 from musique_models.io import write_json, write_jsonl
 
 PARTITIONS = ("half", "first_vs_rest", "rest_vs_last")
+USAGE = "python -m musique_models.data.probe dataset=NAME [split=dev] out=PATH [partition=half] [dataset.sample=true]"
+
+
+class ProbeOptionError(MusiqueModelsError, ValueError):
+    """A probe option that is missing or unknown."""
+
+
+def check_partition(partition: str) -> str:
+    """`partition` if it is one of `PARTITIONS`, else `ProbeOptionError`."""
+    if partition not in PARTITIONS:
+        raise ProbeOptionError(f"unknown partition={partition}; expected one of: {', '.join(PARTITIONS)}")
+    return partition
 
 
 def support_groups(example: Example, partition: str = "half") -> tuple[list[int], list[int]]:
     """The two groups of supporting paragraph idx that the two probes remove."""
-    if partition not in PARTITIONS:
-        raise ValueError(f"unknown partition {partition!r}; expected one of {PARTITIONS}")
+    check_partition(partition)
     ordered = [step.paragraph_support_idx for step in example.decomposition if step.paragraph_support_idx is not None]
     ordered = list(dict.fromkeys(idx for idx in ordered if idx in set(example.supporting_idxs)))
     ordered += [idx for idx in example.supporting_idxs if idx not in ordered]
     if len(ordered) < 2:
-        raise ValueError(f"question {example.id!r} has {len(ordered)} supporting paragraphs; DiRe needs at least 2")
+        raise DataFormatError(
+            f"{len(ordered)} supporting paragraphs; DiRe probes need at least 2", record_id=example.id
+        )
     split = {"half": max(len(ordered) // 2, 1), "first_vs_rest": 1, "rest_vs_last": len(ordered) - 1}[partition]
     return ordered[:split], ordered[split:]
 
@@ -44,14 +58,16 @@ def make_probes(example: Example, partition: str = "half") -> tuple[Example, Exa
     probes = []
     for removed in support_groups(example, partition):
         removed_set = set(removed)
-        probes.append(replace(
-            example,
-            paragraphs=[paragraph for paragraph in example.paragraphs if paragraph.idx not in removed_set],
-            decomposition=[
-                replace(step, paragraph_support_idx=None) if step.paragraph_support_idx in removed_set else step
-                for step in example.decomposition
-            ],
-        ))
+        probes.append(
+            replace(
+                example,
+                paragraphs=[paragraph for paragraph in example.paragraphs if paragraph.idx not in removed_set],
+                decomposition=[
+                    replace(step, paragraph_support_idx=None) if step.paragraph_support_idx in removed_set else step
+                    for step in example.decomposition
+                ],
+            )
+        )
     return probes[0], probes[1]
 
 
@@ -61,10 +77,13 @@ def _context_record(example: Example, probe: int, data_format: str) -> dict[str,
         "question": example.question,
         "answer": example.answer,
         "type": example.question_type,
-        "context": [[paragraph.title, list(paragraph.sentences) or [paragraph.text]] for paragraph in example.paragraphs],
+        "context": [
+            [paragraph.title, list(paragraph.sentences) or [paragraph.text]] for paragraph in example.paragraphs
+        ],
         "supporting_facts": [
             [paragraph.title, sentence]
-            for paragraph in example.paragraphs if paragraph.is_supporting
+            for paragraph in example.paragraphs
+            if paragraph.is_supporting
             for sentence in (paragraph.supporting_sentence_ids or [0])
         ],
         "paragraph_idxs": [paragraph.idx for paragraph in example.paragraphs],
@@ -107,7 +126,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     from hydra.utils import instantiate
 
     from musique_models import PROJECT_ROOT
-    from musique_models.errors import user_errors_exit
 
     arguments = list(sys.argv[1:] if argv is None else argv)
     options = {"split": "dev", "out": None, "partition": "half"}
@@ -119,15 +137,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             overrides.append(argument)
     if not options["out"]:
-        raise SystemExit("usage: python -m musique_models.data.probe dataset=NAME [split=dev] out=PATH [partition=half]")
+        raise ProbeOptionError(f"out=PATH is required; usage: {USAGE}")
+    check_partition(options["partition"])  # before loading anything
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     source = instantiate(cfg.dataset)
-    with user_errors_exit():
-        examples = source.examples(options["split"])
+    examples = source.examples(options["split"])
     count = write_probe_file(examples, source.format, options["out"], options["partition"])
     print(f"wrote {count} probe rows ({count // 2} questions) of {source.name} {options['split']} to {options['out']}")
 
 
 if __name__ == "__main__":
-    main()
+    with user_errors_exit():
+        main()

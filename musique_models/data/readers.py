@@ -12,9 +12,20 @@ from typing import Any, Protocol, TypeVar
 
 from musique_models.data.jsonio import iter_json_records
 from musique_models.data.schema import DecompositionStep, Example, Paragraph
-from musique_models.errors import DataFormatError
+from musique_models.errors import DataFormatError, MusiqueModelsError
 
 FORMAT_NAMES = {"musique": "MuSiQue", "hotpotqa": "HotpotQA", "2wiki": "2WikiMultihopQA"}
+
+
+class UnknownFormatError(MusiqueModelsError, ValueError):
+    """A data format name that no reader handles."""
+
+
+def check_format(data_format: str, what: str = "data format") -> str:
+    """`data_format` if a reader handles it, else `UnknownFormatError` listing the formats there are."""
+    if data_format not in FORMAT_NAMES:
+        raise UnknownFormatError(f"unknown {what} {data_format!r}; expected one of: {', '.join(FORMAT_NAMES)}")
+    return data_format
 
 
 def detect_format(record: dict[str, Any]) -> str | None:
@@ -39,8 +50,16 @@ class _Record:
     def error(self, message: str, field: str | None = None) -> DataFormatError:
         return DataFormatError(message, path=self.path, line=self.line, record_id=self.id, field=field)
 
-    def get(self, field: str, kind: type | tuple[type, ...], *, container: dict[str, Any] | None = None,
-            name: str | None = None, optional: bool = False, default: Any = None) -> Any:
+    def get(
+        self,
+        field: str,
+        kind: type | tuple[type, ...],
+        *,
+        container: dict[str, Any] | None = None,
+        name: str | None = None,
+        optional: bool = False,
+        default: Any = None,
+    ) -> Any:
         source = self.raw if container is None else container
         label = name or field
         if field not in source:
@@ -105,8 +124,9 @@ def _musique_example(record: _Record, dataset: str) -> Example:
         name = f"question_decomposition[{position}]"
         if not isinstance(raw_step, dict):
             raise record.error("expected an object", name)
-        support = record.get("paragraph_support_idx", (int, type(None)), container=raw_step,
-                             name=f"{name}.paragraph_support_idx")
+        support = record.get(
+            "paragraph_support_idx", (int, type(None)), container=raw_step, name=f"{name}.paragraph_support_idx"
+        )
         if isinstance(support, bool):
             raise record.error("expected int or null, got bool", f"{name}.paragraph_support_idx")
         if support is not None and support not in seen_idx:
@@ -182,8 +202,9 @@ def read_2wiki(path: str | Path, dataset: str = "2wiki") -> Iterator[Example]:
         yield _context_example(record, dataset, paragraphs, decomposition_from_evidences(evidences, paragraphs))
 
 
-def _context_example(record: _Record, dataset: str, paragraphs: list[Paragraph],
-                     decomposition: list[DecompositionStep]) -> Example:
+def _context_example(
+    record: _Record, dataset: str, paragraphs: list[Paragraph], decomposition: list[DecompositionStep]
+) -> Example:
     """HotpotQA and 2Wiki questions are all answerable, have no aliases, and count as 2 hops without a decomposition."""
     return Example(
         id=record.get("_id", str),
@@ -214,12 +235,20 @@ def _context_paragraphs(record: _Record) -> list[Paragraph]:
             raise record.error("expected a list of sentence strings", f"{name}[1]")
         position_by_title.setdefault(title, position)
         # HotpotQA sentences carry their own leading spaces, so joining with "" restores the paragraph.
-        paragraphs.append(Paragraph(idx=idxs[position], title=title, text="".join(sentences), is_supporting=False,
-                                    sentences=list(sentences)))
+        paragraphs.append(
+            Paragraph(
+                idx=idxs[position], title=title, text="".join(sentences), is_supporting=False, sentences=list(sentences)
+            )
+        )
     for position, fact in enumerate(record.get("supporting_facts", list)):
         name = f"supporting_facts[{position}]"
-        if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)
-                and isinstance(fact[1], int) and not isinstance(fact[1], bool)):
+        if not (
+            isinstance(fact, list)
+            and len(fact) == 2
+            and isinstance(fact[0], str)
+            and isinstance(fact[1], int)
+            and not isinstance(fact[1], bool)
+        ):
             raise record.error("expected [title, sentence_id]", name)
         title, sentence_id = fact
         if title not in position_by_title:
@@ -302,7 +331,5 @@ READERS: dict[str, Callable[..., Iterator[Example]]] = {
 
 def read_examples(path: str | Path, data_format: str, dataset: str, require_pairs: bool = False) -> list[Example]:
     """Read a whole file with the reader for `data_format`; MuSiQue-Full's pairing is checked when asked."""
-    if data_format not in READERS:
-        raise ValueError(f"unknown dataset format {data_format!r}; expected one of {sorted(READERS)}")
-    examples = READERS[data_format](path, dataset)
+    examples = READERS[check_format(data_format)](path, dataset)
     return list(check_musique_full_pairs(examples, path) if require_pairs else examples)

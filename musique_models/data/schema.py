@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-DATASET_FORMATS = ("musique", "hotpotqa", "2wiki")
-
 
 @dataclass
 class Paragraph:

@@ -15,10 +15,10 @@ import datasets
 from datasets.arrow_writer import ArrowWriter
 
 from musique_models.data.features import FEATURES
-from musique_models.data.readers import READERS, check_musique_full_pairs
+from musique_models.data.readers import FORMAT_NAMES, READERS, check_musique_full_pairs
 from musique_models.data.schema import Example
 from musique_models.data.subsample import subsample_indices
-from musique_models.errors import DatasetNotFoundError
+from musique_models.errors import DatasetNotFoundError, MusiqueModelsError
 from musique_models.io import write_json
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,17 @@ log = logging.getLogger(__name__)
 # Bump when a reader's output changes, so that stale Arrow caches are not reused.
 READER_VERSION = "1"
 _WRITE_BATCH = 1000
+
+
+class DatasetConfigError(MusiqueModelsError, ValueError):
+    """A dataset config value that cannot work (an unknown format, a non-boolean switch)."""
+
+
+class UnknownSplitError(MusiqueModelsError, KeyError):
+    """A split that the dataset (its official files, or its shipped sample) does not have."""
+
+    def __str__(self) -> str:  # KeyError's own str() quotes the message
+        return str(self.args[0]) if self.args else ""
 
 
 class DatasetSource:
@@ -50,6 +61,9 @@ class DatasetSource:
         include_title: models prepend paragraph titles to paragraph text (HotpotQA, 2Wiki).
         yes_no_answers: the dataset has yes/no answers (models add an answer-type head).
         paper_settings: model settings of the paper's setup for this dataset (epochs, top-K), read by configs.
+
+    `include_title`, `yes_no_answers` and `paper_settings` are accepted because the dataset configs carry them,
+    but they are not stored: models and configs read them from the config (`cfg.dataset...`), never from here.
     """
 
     def __init__(
@@ -73,8 +87,15 @@ class DatasetSource:
         yes_no_answers: bool = False,
         paper_settings: dict | None = None,
     ) -> None:
-        if format not in READERS:
-            raise ValueError(f"dataset {name!r}: unknown format {format!r}; expected one of {sorted(READERS)}")
+        if format not in FORMAT_NAMES:
+            raise DatasetConfigError(
+                f"dataset {name!r}: unknown format {format!r}; set dataset.format to one of: " + ", ".join(FORMAT_NAMES)
+            )
+        for option, value in {"sample": sample, "paired": paired, "derived_sample": derived_sample}.items():
+            if not isinstance(value, bool):
+                raise DatasetConfigError(
+                    f"dataset.{option}={value!r} is not a boolean; set dataset.{option}=true or dataset.{option}=false"
+                )
         self.name = name
         self.display_name = display_name
         self.format = format
@@ -90,9 +111,6 @@ class DatasetSource:
         self.hub_path = hub_path
         self.download_help = download_help
         self.derived_sample = derived_sample
-        self.include_title = include_title
-        self.yes_no_answers = yes_no_answers
-        self.paper_settings = dict(paper_settings or {})
 
     @property
     def splits(self) -> list[str]:
@@ -108,7 +126,10 @@ class DatasetSource:
         """The file that `split` is read from (the sample's when `sample=True`)."""
         files = self.sample_files if self.sample else self.files
         if split not in files:
-            raise KeyError(f"dataset {self.name!r} has no split {split!r}; it has {sorted(files)}")
+            where = "shipped sample" if self.sample else "official files"
+            raise UnknownSplitError(
+                f"dataset {self.name!r} ({where}) has no split {split!r}; choose one of: {', '.join(sorted(files))}"
+            )
         path = Path(files[split])
         return path if path.is_absolute() or self.sample else self.data_dir / path
 
@@ -127,8 +148,12 @@ class DatasetSource:
             if run_dir is not None:
                 write_json(
                     Path(run_dir) / f"subsample_{split}_ids.json",
-                    {"dataset": self.name, "seed": self.seed, "train_size": self.train_size,
-                     "ids": list(dict.fromkeys(table["id"]))},
+                    {
+                        "dataset": self.name,
+                        "seed": self.seed,
+                        "train_size": self.train_size,
+                        "ids": list(dict.fromkeys(table["id"])),
+                    },
                 )
         return table
 
@@ -143,10 +168,9 @@ class DatasetSource:
         if split in self.urls and not self.sample:
             return self._download(self.urls[split], path)
         raise DatasetNotFoundError(
-            f"{self.display_name} {split} file not found: {path}\n"
-            f"  Get the official files: {self.download_help}\n"
-            f"  and put them in {self.data_dir} (or set dataset.data_dir=...),\n"
-            f"  or run on the small real sample shipped in this repo: add dataset.sample=true"
+            f"{self.display_name} {split} file not found: {path}; get the official files ({self.download_help}) "
+            f"and put them in {self.data_dir} (or set dataset.data_dir=...), "
+            f"or run on the small real sample shipped in this repo: add dataset.sample=true"
         )
 
     def _download(self, url: str, path: Path) -> Path:
@@ -155,7 +179,7 @@ class DatasetSource:
         handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
         os.close(handle)
         try:
-            with urllib.request.urlopen(url) as response, open(tmp_name, "wb") as out:  # noqa: S310 (user URL)
+            with urllib.request.urlopen(url) as response, open(tmp_name, "wb") as out:  # a URL the user configured
                 shutil.copyfileobj(response, out)
             os.replace(tmp_name, path)
         finally:

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from musique_models.data.source import DatasetSource
+from musique_models.errors import user_errors_exit
 
 
 @dataclass
@@ -77,8 +78,10 @@ def summary_table(source: DatasetSource, summaries: Sequence[SplitSummary]) -> T
         ("hops histogram", lambda s: "  ".join(f"{hops}:{count}" for hops, count in s.hops.items())),
         ("paragraphs / question", lambda s: f"{s.paragraphs_mean:.1f} ({s.paragraphs_min}-{s.paragraphs_max})"),
         ("supporting / question", lambda s: f"{s.supporting_mean:.2f}"),
-        ("tokens / context (mean, median, max)",
-         lambda s: f"{s.context_tokens_mean:.0f}, {s.context_tokens_median:.0f}, {s.context_tokens_max}"),
+        (
+            "tokens / context (mean, median, max)",
+            lambda s: f"{s.context_tokens_mean:.0f}, {s.context_tokens_median:.0f}, {s.context_tokens_max}",
+        ),
     ]
     for label, cell in rows:
         table.add_row(label, *(cell(summary) for summary in summaries))
@@ -97,14 +100,13 @@ def main(overrides: Sequence[str] | None = None) -> None:
     from hydra.utils import instantiate
 
     from musique_models import PROJECT_ROOT
-    from musique_models.errors import user_errors_exit
 
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=list(sys.argv[1:] if overrides is None else overrides))
     source: DatasetSource = instantiate(cfg.dataset)
-    with user_errors_exit():
-        print_summary(source, {split: source.load(split) for split in source.splits})
+    print_summary(source, {split: source.load(split) for split in source.splits})
 
 
 if __name__ == "__main__":
-    main()
+    with user_errors_exit():  # a bad override, an unknown dataset=, a missing file: one line, exit status 2
+        main()

@@ -55,72 +55,117 @@ def evaluate_predictions(golds: Sequence[GoldInstance], predictions: Sequence[Pr
     """Score aligned predictions (one per gold row, same order)."""
     results = [score_instance(gold, prediction) for gold, prediction in zip(golds, predictions, strict=True)]
     per_question = [
-        {"row": r.row, "id": r.id, "num_hops": r.num_hops, "answerable": r.gold_answerable,
-         "predicted_answerable": r.predicted_answerable, "predicted_answer": p.predicted_answer,
-         "gold_answers": list(g.answers), "answer_f1": r.answer.f1, "answer_em": r.answer.em,
-         "predicted_support_idxs": p.predicted_support_idxs, "gold_support_idxs": list(g.support_idxs),
-         "support_f1": r.support.f1, "support_em": r.support.em}
+        {
+            "row": r.row,
+            "id": r.id,
+            "num_hops": r.num_hops,
+            "answerable": r.gold_answerable,
+            "predicted_answerable": r.predicted_answerable,
+            "predicted_answer": p.predicted_answer,
+            "gold_answers": list(g.answers),
+            "answer_f1": r.answer.f1,
+            "answer_em": r.answer.em,
+            "predicted_support_idxs": p.predicted_support_idxs,
+            "gold_support_idxs": list(g.support_idxs),
+            "support_f1": r.support.f1,
+            "support_em": r.support.em,
+        }
         for r, p, g in zip(results, predictions, golds)
     ]
     return EvaluationReport(aggregate(results), per_question)
 
 
-def evaluate_files(predictions_path: str | Path, gold_path: str | Path, data_format: str | None = None) -> EvaluationReport:
-    """Score an official-format prediction file against any supported gold file (format detected if None)."""
+def evaluate_files(
+    predictions_path: str | Path, gold_path: str | Path, data_format: str | None = None, paired: bool | None = None
+) -> EvaluationReport:
+    """Score an official-format prediction file against any supported gold file.
+
+    `data_format` ('musique', 'hotpotqa' or '2wiki') and `paired` (MuSiQue-Full pairing required or refused) are
+    what the dataset config says, detected from the file when None (see `read_gold`).
+    """
     with gc_paused():
-        golds = read_gold(gold_path, data_format)
+        golds = read_gold(gold_path, data_format, paired)
         predictions = align_predictions(golds, read_predictions(predictions_path), predictions_path)
         return evaluate_predictions(golds, predictions)
 
 
-def dire_results(golds: Sequence[GoldInstance], predictions: Sequence[Prediction],
-                 probe_predictions: Sequence[tuple[int, ProbePrediction]], probe_path: str | Path) -> list[DireQuestionResult]:
+def dire_results(
+    golds: Sequence[GoldInstance],
+    predictions: Sequence[Prediction],
+    probe_predictions: Sequence[tuple[int, ProbePrediction]],
+    probe_path: str | Path,
+) -> list[DireQuestionResult]:
     """DiRe scores of every answerable gold question, from its original prediction and its two probe predictions."""
     probes: dict[str, dict[int, tuple[int, ProbePrediction]]] = {}
     answerable = {gold.id: gold for gold in golds if gold.answerable}
     for line, probe in probe_predictions:
         if probe.id not in answerable:
-            raise DataFormatError("probe prediction for an id that is not an answerable gold question",
-                                  path=probe_path, line=line, record_id=probe.id)
+            raise DataFormatError(
+                "probe prediction for an id that is not an answerable gold question",
+                path=probe_path,
+                line=line,
+                record_id=probe.id,
+            )
         if probe.probe not in (0, 1):
-            raise DataFormatError(f"probe must be 0 or 1, got {probe.probe}", path=probe_path, line=line,
-                                  record_id=probe.id, field="probe")
+            raise DataFormatError(
+                f"probe must be 0 or 1, got {probe.probe}",
+                path=probe_path,
+                line=line,
+                record_id=probe.id,
+                field="probe",
+            )
         if probe.probe in probes.setdefault(probe.id, {}):
-            raise DataFormatError(f"duplicate prediction for probe {probe.probe}", path=probe_path, line=line,
-                                  record_id=probe.id)
+            raise DataFormatError(
+                f"duplicate prediction for probe {probe.probe}", path=probe_path, line=line, record_id=probe.id
+            )
         gold = answerable[probe.id]
         unknown = [idx for idx in probe.predicted_support_idxs if idx not in gold.paragraph_idxs]
         if unknown:
-            raise DataFormatError(f"idx {unknown} are not idx of this question's paragraphs", path=probe_path,
-                                  line=line, record_id=probe.id, field="predicted_support_idxs")
+            raise DataFormatError(
+                f"idx {unknown} are not idx of this question's paragraphs",
+                path=probe_path,
+                line=line,
+                record_id=probe.id,
+                field="predicted_support_idxs",
+            )
         probes[probe.id][probe.probe] = (line, probe)
     incomplete = [question_id for question_id in answerable if len(probes.get(question_id, {})) != 2]
     if incomplete:
-        raise DataFormatError(f"{len(incomplete)} answerable questions lack probe 0 or 1: "
-                              + ", ".join(repr(i) for i in incomplete[:5]), path=probe_path)
+        raise DataFormatError(
+            f"{len(incomplete)} answerable questions lack probe 0 or 1: " + ", ".join(repr(i) for i in incomplete[:5]),
+            path=probe_path,
+        )
     results = []
     for gold, prediction in zip(golds, predictions):
         if not gold.answerable:
             continue
         pair = [probes[gold.id][number][1] for number in (0, 1)]
-        results.append(dire_question_result(
-            question_id=gold.id,
-            num_hops=gold.num_hops,
-            gold_support=gold.support_idxs,
-            original_answer=answer_scores(prediction.predicted_answer, gold.answers),
-            original_support=support_scores(prediction.predicted_support_idxs, gold.support_idxs),
-            probe_answers=[answer_scores(probe.predicted_answer, gold.answers) for probe in pair],
-            probe_confidences=[probe.predicted_answer_confidence for probe in pair],
-            probe_supports=[probe.predicted_support_idxs for probe in pair],
-        ))
+        results.append(
+            dire_question_result(
+                question_id=gold.id,
+                num_hops=gold.num_hops,
+                gold_support=gold.support_idxs,
+                original_answer=answer_scores(prediction.predicted_answer, gold.answers),
+                original_support=support_scores(prediction.predicted_support_idxs, gold.support_idxs),
+                probe_answers=[answer_scores(probe.predicted_answer, gold.answers) for probe in pair],
+                probe_confidences=[probe.predicted_answer_confidence for probe in pair],
+                probe_supports=[probe.predicted_support_idxs for probe in pair],
+            )
+        )
     return results
 
 
-def evaluate_dire_files(gold_path: str | Path, predictions_path: str | Path, probe_path: str | Path,
-                        data_format: str | None = None) -> EvaluationReport:
-    """The standard metrics plus DiRe's, with DiRe's scores added to each per-question row."""
+def evaluate_dire_files(
+    gold_path: str | Path,
+    predictions_path: str | Path,
+    probe_path: str | Path,
+    data_format: str | None = None,
+    paired: bool | None = None,
+) -> EvaluationReport:
+    """The standard metrics plus DiRe's, with DiRe's scores added to each per-question row (`data_format` and
+    `paired` as in `evaluate_files`)."""
     with gc_paused():
-        golds = read_gold(gold_path, data_format)
+        golds = read_gold(gold_path, data_format, paired)
         predictions = align_predictions(golds, read_predictions(predictions_path), predictions_path)
         report = evaluate_predictions(golds, predictions)
         results = dire_results(golds, predictions, read_probe_predictions(probe_path), probe_path)
@@ -129,7 +174,9 @@ def evaluate_dire_files(gold_path: str | Path, predictions_path: str | Path, pro
     for row in report.per_question:
         result = by_id.get(row["id"])
         if result is not None and row["answerable"]:
-            row.update(dire_answer_f1=result.answer.f1, dire_support_f1=result.support.f1, dire_joint_f1=result.joint.f1)
+            row.update(
+                dire_answer_f1=result.answer.f1, dire_support_f1=result.support.f1, dire_joint_f1=result.joint.f1
+            )
     return report
 
 

@@ -14,13 +14,9 @@ from pathlib import Path
 import msgspec
 
 from musique_models.data.jsonio import iter_json_records
-from musique_models.data.readers import FORMAT_NAMES, check_musique_full_pairs, detect_format, read_examples
+from musique_models.data.readers import check_format, check_musique_full_pairs, detect_format, read_examples
 from musique_models.data.schema import Example
 from musique_models.errors import DataFormatError
-
-# Dataset config names accepted where a gold format is asked for.
-FORMAT_BY_DATASET = {"musique": "musique", "musique_ans": "musique", "musique_full": "musique",
-                     "hotpotqa": "hotpotqa", "hotpotqa_20k": "hotpotqa", "2wiki": "2wiki", "2wiki_20k": "2wiki"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +103,9 @@ def msgspec_error(error: msgspec.ValidationError, path: Path, line: int, raw: by
         record_id = json.loads(raw).get("id")
     except (ValueError, AttributeError):
         pass
-    return DataFormatError(message, path=path, line=line, record_id=record_id if isinstance(record_id, str) else None,
-                           field=field)
+    return DataFormatError(
+        message, path=path, line=line, record_id=record_id if isinstance(record_id, str) else None, field=field
+    )
 
 
 def _stream_musique_jsonl(path: Path) -> Iterator[GoldInstance]:
@@ -147,22 +144,40 @@ def sniff_format(path: str | Path) -> str:
     return found
 
 
-def read_gold(path: str | Path, data_format: str | None = None) -> list[GoldInstance]:
-    """All gold instances of a file, in file order; MuSiQue-Full files must be paired (checked here)."""
+def read_gold(path: str | Path, data_format: str | None = None, paired: bool | None = None) -> list[GoldInstance]:
+    """All gold instances of a file, in file order.
+
+    `data_format` is 'musique', 'hotpotqa' or '2wiki' (detected from the first record when None). `paired` says
+    whether the file must be MuSiQue-Full (every id once answerable, once not): True requires that pairing, False
+    rejects unanswerable rows, None (detect) checks the pairing whenever a row is unanswerable.
+    """
     path = Path(path)
     if not path.exists():
         raise DataFormatError("gold file not found", path=path)
-    data_format = FORMAT_BY_DATASET.get(data_format, data_format) if data_format else sniff_format(path)
-    if data_format not in FORMAT_NAMES:
-        raise ValueError(f"unknown gold format {data_format!r}; expected one of {sorted(FORMAT_BY_DATASET)}")
+    data_format = check_format(data_format, "gold format") if data_format else sniff_format(path)
     with open(path, "rb") as handle:
         is_json_list = handle.read(4096).lstrip().startswith(b"[")
     if data_format == "musique" and not is_json_list:
         golds = list(_stream_musique_jsonl(path))
     else:
-        golds = [gold_from_example(example, row)
-                 for row, example in enumerate(read_examples(path, data_format, dataset=data_format))]
-    if any(not gold.answerable for gold in golds):
+        golds = [
+            gold_from_example(example, row)
+            for row, example in enumerate(read_examples(path, data_format, dataset=data_format))
+        ]
+    unanswerable = sum(not gold.answerable for gold in golds)
+    if paired is True and not unanswerable:
+        raise DataFormatError(
+            "a paired (MuSiQue-Full) dataset was chosen but no gold row is unanswerable: "
+            "is this a MuSiQue-Ans file? choose its dataset (e.g. dataset=musique_ans)",
+            path=path,
+        )
+    if paired is False and unanswerable:
+        raise DataFormatError(
+            f"{unanswerable} gold rows are unanswerable (a MuSiQue-Full file?) but the chosen "
+            "dataset is not paired: choose dataset=musique_full, or give no dataset",
+            path=path,
+        )
+    if unanswerable:
         for _ in check_musique_full_pairs(golds, path):
             pass
     return golds

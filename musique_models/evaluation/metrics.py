@@ -49,11 +49,6 @@ def _token_scores(predicted_tokens: list[str], gold_tokens: list[str], em: float
     return Scores(precision, recall, 2 * precision * recall / (precision + recall), em)
 
 
-def answer_scores_single(prediction: str, gold: str) -> Scores:
-    """Token-level scores against one gold answer; if either side has no tokens, F1 is 1 when both are empty."""
-    return answer_scores(prediction, [gold])
-
-
 def answer_scores(prediction: str, golds: Sequence[str]) -> Scores:
     """EM and F1 are each the max over `golds` (the answer and its aliases), as the official evaluator does.
 
@@ -64,8 +59,9 @@ def answer_scores(prediction: str, golds: Sequence[str]) -> Scores:
     per_gold = []
     for gold in golds:
         normalized_gold = normalize_answer(gold)
-        per_gold.append(_token_scores(predicted_tokens, normalized_gold.split(),
-                                      float(normalized_prediction == normalized_gold)))
+        per_gold.append(
+            _token_scores(predicted_tokens, normalized_gold.split(), float(normalized_prediction == normalized_gold))
+        )
     best = max(per_gold, key=lambda scores: scores.f1)
     return Scores(best.precision, best.recall, best.f1, max(scores.em for scores in per_gold))
 
@@ -201,8 +197,12 @@ class DireQuestionResult:
 
 
 def _min_scores(left: Scores, right: Scores) -> Scores:
-    return Scores(min(left.precision, right.precision), min(left.recall, right.recall), min(left.f1, right.f1),
-                  min(left.em, right.em))
+    return Scores(
+        min(left.precision, right.precision),
+        min(left.recall, right.recall),
+        min(left.f1, right.f1),
+        min(left.em, right.em),
+    )
 
 
 def dire_question_result(
@@ -243,13 +243,15 @@ def aggregate_dire(results: Sequence[DireQuestionResult]) -> dict[str, float]:
         if not bucket and suffix:
             continue
         joints = [result.joint for result in bucket]
-        metrics.update({
-            f"dire_answer_f1{suffix}": _mean([r.answer.f1 for r in bucket]),
-            f"dire_answer_em{suffix}": _mean([r.answer.em for r in bucket]),
-            f"dire_support_f1{suffix}": _mean([r.support.f1 for r in bucket]),
-            f"dire_support_em{suffix}": _mean([r.support.em for r in bucket]),
-            f"dire_joint_f1{suffix}": _mean([joint.f1 for joint in joints]),
-            f"dire_joint_em{suffix}": _mean([joint.em for joint in joints]),
-            f"dire_count{suffix}": float(len(bucket)),
-        })
+        metrics.update(
+            {
+                f"dire_answer_f1{suffix}": _mean([r.answer.f1 for r in bucket]),
+                f"dire_answer_em{suffix}": _mean([r.answer.em for r in bucket]),
+                f"dire_support_f1{suffix}": _mean([r.support.f1 for r in bucket]),
+                f"dire_support_em{suffix}": _mean([r.support.em for r in bucket]),
+                f"dire_joint_f1{suffix}": _mean([joint.f1 for joint in joints]),
+                f"dire_joint_em{suffix}": _mean([joint.em for joint in joints]),
+                f"dire_count{suffix}": float(len(bucket)),
+            }
+        )
     return metrics

@@ -128,13 +128,13 @@ class MultiParagraphAnswerer(QAModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
-    def _evaluation_step(self, batch: dict[str, torch.Tensor], stage: str) -> None:
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         outputs = self._outputs(batch)
-        self.log(f"{stage}/loss", self.loss(batch, outputs), sync_dist=True, batch_size=len(batch["input_ids"]))
+        self.log("val/loss", self.loss(batch, outputs), sync_dist=True, batch_size=len(batch["input_ids"]))
         self.val_outputs.update(*window_outputs(batch, outputs, self.max_answer_tokens, self.single_support))
 
-    def _evaluation_epoch_end(self, stage: str) -> None:
-        windows, markers = self.val_outputs.compute()
+    def on_validation_epoch_end(self) -> None:
+        windows, markers = self.val_outputs.compute()  # every rank's windows: all ranks decode the same
         self.val_outputs.reset()
         if not self.eval_golds or self.eval_context_of is None:
             return
@@ -142,7 +142,8 @@ class MultiParagraphAnswerer(QAModule):
                                                                     self.eval_context_of)).metrics
         for name, value in metrics.items():
             if not name.startswith("count"):
-                self.log(f"{stage}/{name}", value, prog_bar=name == "answer_f1")
+                # identical on every rank; sync_dist (a mean of equal values) says so to Lightning
+                self.log(f"val/{name}", value, prog_bar=name == "answer_f1", sync_dist=True)
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         return window_outputs(batch, self._outputs(batch), self.max_answer_tokens, self.single_support)

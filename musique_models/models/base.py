@@ -36,25 +36,6 @@ class QAModule(pl.LightningModule):
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total_steps), total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    # Validation and test share one implementation per model, told apart by the logged prefix.
-    def _evaluation_step(self, batch: dict[str, torch.Tensor], stage: str) -> None:
-        raise NotImplementedError
-
-    def _evaluation_epoch_end(self, stage: str) -> None:
-        raise NotImplementedError
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluation_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._evaluation_epoch_end("val")
-
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluation_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._evaluation_epoch_end("test")
-
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
         # plain Python values only: checkpoints load with torch's weights-only unpickler

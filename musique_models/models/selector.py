@@ -53,18 +53,18 @@ class ParagraphSelector(QAModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["label"]))
         return loss
 
-    def _evaluation_step(self, batch: dict[str, torch.Tensor], stage: str) -> None:
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         logits = self._logits(batch)
         loss = nn.functional.binary_cross_entropy_with_logits(logits, batch["label"])
-        self.log(f"{stage}/loss", loss, sync_dist=True, batch_size=len(logits))
+        self.log("val/loss", loss, sync_dist=True, batch_size=len(logits))
         self.val_ranking.update(batch["example_row"], batch["paragraph_idx"], logits, batch["label"])
 
-    def _evaluation_epoch_end(self, stage: str) -> None:
-        metrics = self.val_ranking.compute()
+    def on_validation_epoch_end(self) -> None:
+        metrics = self.val_ranking.compute()  # gathered from every rank: identical on all of them
         self.val_ranking.reset()
         for name, value in metrics.items():
-            self.log(f"{stage}/{name}", value)
-        self.log(f"{stage}/recall_at_k", metrics[f"recall_at_{self.top_k}"], prog_bar=True)
+            self.log(f"val/{name}", value, sync_dist=True)
+        self.log("val/recall_at_k", metrics[f"recall_at_{self.top_k}"], prog_bar=True, sync_dist=True)
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         return {"example_row": batch["example_row"], "paragraph_idx": batch["paragraph_idx"],

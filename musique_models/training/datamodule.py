@@ -132,8 +132,5 @@ class QADataModule(pl.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._ordered_loader(self.evaluation)
 
-    def test_dataloader(self) -> DataLoader:
-        return self._ordered_loader(self.evaluation)
-
     def predict_dataloader(self) -> DataLoader:
         return self._ordered_loader(self.predict if self.predict is not None else self.evaluation)

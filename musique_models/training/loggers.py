@@ -1,9 +1,11 @@
-"""Experiment loggers: every entry of the `logger` config group, instantiated once per run and shared by its stages.
+"""Experiment loggers: every entry of the `logger` config group (any `_target_`: a user's `conf/logger/<name>.yaml`
+works as is).
 
-Each stage logs through a `StageLogger`, which prefixes the stage's keys (`selector/train/loss`,
-`answerer/lr-AdamW/pg1`) and continues the step count where the previous stage stopped, so that one wandb or
-TensorBoard chart never mixes two stages and the step never goes back. The wandb run id is kept in the run folder,
-so that `ckpt_path=last` continues the same wandb run.
+File loggers (CSV, TensorBoard) are made per stage and write into the stage's folder; every other logger (wandb,
+or a user's) is made once per run and shared by its stages. Each stage logs through a `StageLogger`, which prefixes
+the stage's keys (`selector/train/loss`, `answerer/lr-AdamW/pg1`) and continues the step count where the previous
+stage stopped, so that one chart never mixes two stages and the step never goes back. The wandb run id is kept in
+the run folder, so that `ckpt_path=last` continues the same wandb run.
 """
 
 from __future__ import annotations
@@ -20,17 +22,21 @@ from pytorch_lightning.loggers import Logger
 WANDB_ID_FILE = "wandb_run_id.txt"
 
 
+FILE_LOGGERS = ("CSVLogger", "TensorBoardLogger")
+
+
+def _logger_configs(cfg: DictConfig, per_stage: bool) -> list[DictConfig]:
+    configs = [c for c in (cfg.get("logger") or {}).values() if c is not None and "_target_" in c]
+    return [c for c in configs if str(c._target_).endswith(FILE_LOGGERS) == per_stage]
+
+
 def run_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
-    """One logger per entry of `cfg.logger` (any `_target_`: a user's `conf/logger/<name>.yaml` works as is), each
-    with the run's hyperparameters. Loggers that take a `save_dir` write into the run folder; a `WandbLogger`
-    gets the run id kept in the run folder (new runs draw one) and `resume="allow"`."""
+    """The run-wide loggers (every entry of `cfg.logger` but the file loggers), each with the run's
+    hyperparameters. A `WandbLogger` gets the run id kept in the run folder (new runs draw one), `resume="allow"`
+    and the run folder as `save_dir`."""
     loggers: list[Logger] = []
-    for name, logger_cfg in (cfg.get("logger") or {}).items():
-        if logger_cfg is None or "_target_" not in logger_cfg:
-            continue
+    for logger_cfg in _logger_configs(cfg, per_stage=False):
         overrides: dict[str, Any] = {}
-        if logger_cfg.get("save_dir", "absent") is None:
-            overrides["save_dir"] = str(run_dir)
         if _is_wandb(logger_cfg):
             id_file = run_dir / WANDB_ID_FILE
             run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
@@ -43,19 +49,39 @@ def run_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
     return loggers
 
 
+def close_run_loggers(loggers: list[Logger], status: str) -> None:
+    """Finalise the run-wide loggers with `status` ("success" or "failed"), and end the wandb run, so that the next
+    run in this process (a Hydra multirun job) starts a run of its own."""
+    for logger in loggers:
+        logger.finalize(status)
+        if _is_wandb_logger(logger) and logger._experiment is not None:
+            logger.experiment.finish(exit_code=0 if status == "success" else 1)
+
+
+def _is_wandb_logger(logger: Logger) -> bool:
+    return type(logger).__name__ == "WandbLogger"
+
+
+def stage_file_loggers(cfg: DictConfig, stage_dir: Path) -> list[Logger]:
+    """The file loggers (CSV, TensorBoard) of one stage, writing under the stage's folder."""
+    return [instantiate(logger_cfg, save_dir=str(stage_dir)) for logger_cfg in _logger_configs(cfg, per_stage=True)]
+
+
 def _is_wandb(logger_cfg: DictConfig) -> bool:
     return str(logger_cfg.get("_target_", "")).endswith("WandbLogger")
 
 
 class StageLogger(Logger):
-    """A run-wide logger seen by one stage: keys prefixed with the stage's name, steps shifted by `step_offset`.
+    """A logger seen by one stage: keys prefixed with the stage's name, steps shifted by `step_offset`.
 
-    Lightning finalises a stage's loggers when its fit ends; the run-wide logger is finalised by the run instead.
+    Lightning finalises a stage's loggers when its fit ends: a run-wide logger is only saved then (the run
+    finalises it when it ends), unless the stage failed. File loggers are the stage's own: `own=True`.
     """
 
-    def __init__(self, logger: Logger, stage: str, step_offset: int) -> None:
+    def __init__(self, logger: Logger, stage: str, step_offset: int, own: bool = False) -> None:
         super().__init__()
         self.logger = logger
+        self.own = own
         self.stage = stage
         self.step_offset = step_offset
 
@@ -93,4 +119,7 @@ class StageLogger(Logger):
         self.logger.save()
 
     def finalize(self, status: str) -> None:
-        self.logger.save()
+        if self.own or status != "success":
+            self.logger.finalize(status)
+        else:
+            self.logger.save()

@@ -17,7 +17,7 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from pytorch_lightning.loggers import Logger
 
 from musique_models.io import write_json
-from musique_models.training.loggers import StageLogger
+from musique_models.training.loggers import StageLogger, stage_file_loggers
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,9 @@ def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDat
     stage_dir = run_dir / name
     checkpoint_dir = stage_dir / "checkpoints"
     validates = bool(stage_cfg.get("validate", True))
-    loggers = [StageLogger(logger, name, logged_steps_before(run_dir, name)) for logger in shared_loggers]
+    offset = logged_steps_before(run_dir, name)
+    loggers = [StageLogger(logger, name, offset) for logger in shared_loggers]
+    loggers += [StageLogger(logger, name, offset, own=True) for logger in stage_file_loggers(cfg, stage_dir)]
     callbacks = stage_callbacks(cfg, checkpoint_dir, monitor if validates else None, mode, bool(loggers))
     trainer = build_trainer(cfg, stage_cfg, callbacks, loggers, stage_dir)
     resume_from = resolve_resume_path(cfg.get("ckpt_path"), checkpoint_dir)
@@ -151,7 +153,7 @@ def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDat
             resume_point.unlink(missing_ok=True)
     logged = trainer.fit_loop.epoch_loop._batches_that_stepped
     write_json(stage_dir / STAGE_FILE, {"best_checkpoint": os.path.relpath(Path(best).resolve(), run_dir.resolve()),
-                                        "logged_steps": int(logged) + 1})
+                                        "logged_steps": int(logged) + 1, "global_step": trainer.global_step})
     return StageResult(best)
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from musique_models.data.jsonio import iter_json_records
-from musique_models.errors import DataFormatError
+from musique_models.errors import DataFormatError, DatasetNotFoundError
 
 
 def test_jsonl_and_json_list_give_line_numbers(tmp_path: Path) -> None:
@@ -20,13 +20,16 @@ def test_jsonl_and_json_list_give_line_numbers(tmp_path: Path) -> None:
     assert list(iter_json_records(empty_list)) == []
 
 
-@pytest.mark.parametrize(("text", "line"), [
-    ('{"a": 1}\n{"a": 2,\n', 2),
-    ('[\n{"a": 1},\n{"a": }\n]', 3),
-    ('[\n{"a": 1}\n{"a": 2}\n]', 3),
-    ('[\n{"a": 1},\n', 3),
-    ('[{"a": 1}] x', 1),
-])
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('{"a": 1}\n{"a": 2,\n', 2),
+        ('[\n{"a": 1},\n{"a": }\n]', 3),
+        ('[\n{"a": 1}\n{"a": 2}\n]', 3),
+        ('[\n{"a": 1},\n', 3),
+        ('[{"a": 1}] x', 1),
+    ],
+)
 def test_malformed_json_names_file_and_line(tmp_path: Path, text: str, line: int) -> None:
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -41,6 +44,11 @@ def test_empty_file_and_non_object_records(tmp_path: Path) -> None:
     path.write_text("  \n")
     with pytest.raises(DataFormatError, match="empty"):
         list(iter_json_records(path))
-    path.write_text('[1, 2]')
+    path.write_text("[1, 2]")
     with pytest.raises(DataFormatError, match="expected a JSON object"):
         list(iter_json_records(path))
+
+
+def test_missing_file_is_a_package_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(DatasetNotFoundError, match="missing.jsonl: file not found"):
+        list(iter_json_records(tmp_path / "missing.jsonl"))

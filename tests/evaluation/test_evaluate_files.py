@@ -15,7 +15,7 @@ import pytest
 
 from musique_models import PROJECT_ROOT
 from musique_models.data.probe import make_probes, support_groups, write_probe_file
-from musique_models.data.readers import read_examples
+from musique_models.data.readers import UnknownFormatError, read_examples
 from musique_models.errors import DataFormatError
 from musique_models.evaluation.evaluator import evaluate_dire_files, evaluate_files
 from musique_models.evaluation.gold import read_gold
@@ -30,12 +30,19 @@ from musique_models.evaluation.predictions import (
 from tests.conftest import SAMPLES
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-GOLD_FILES = [("musique_ans/dev.jsonl", None), ("musique_ans/train.json", None), ("musique_full/dev_derived.jsonl", None),
-              ("hotpotqa/dev.json", None), ("2wiki/dev.json", "2wiki_20k")]
+GOLD_FILES = [
+    ("musique_ans/dev.jsonl", None),
+    ("musique_ans/train.json", None),
+    ("musique_full/dev_derived.jsonl", None),
+    ("hotpotqa/dev.json", None),
+    ("2wiki/dev.json", "2wiki"),
+]
 
 
 def _perfect(gold_path: Path, data_format: str | None = None) -> list[Prediction]:
-    return [Prediction(g.id, g.answers[-1], list(g.support_idxs), g.answerable) for g in read_gold(gold_path, data_format)]
+    return [
+        Prediction(g.id, g.answers[-1], list(g.support_idxs), g.answerable) for g in read_gold(gold_path, data_format)
+    ]
 
 
 @pytest.mark.parametrize(("relative", "data_format"), GOLD_FILES)
@@ -45,16 +52,24 @@ def test_perfect_predictions_score_one_on_every_shipped_sample(relative: str, da
     metrics = evaluate_files(tmp_path / "p.jsonl", gold, data_format).metrics
     expected_keys = {"answer_f1", "answer_em", "support_f1", "support_em"}
     if "full" in relative:
-        expected_keys |= {"group_answer_sufficiency_f1", "group_support_sufficiency_f1", "sufficiency_accuracy",
-                          "sufficiency_f1", "group_answer_sufficiency_em", "group_support_sufficiency_em"}
+        expected_keys |= {
+            "group_answer_sufficiency_f1",
+            "group_support_sufficiency_f1",
+            "sufficiency_accuracy",
+            "sufficiency_f1",
+            "group_answer_sufficiency_em",
+            "group_support_sufficiency_em",
+        }
     assert {key: metrics[key] for key in expected_keys} == {key: 1.0 for key in expected_keys}
 
 
 def _reference_f1(prediction: str, gold: str) -> float:
     """An independent transcription of the SQuAD answer F1, used only to cross-check."""
+
     def norm(text: str) -> list[str]:
         text = "".join(c for c in text.lower() if c not in set(string.punctuation))
         return re.sub(r"\b(a|an|the)\b", " ", text).split()
+
     p, g = norm(prediction), norm(gold)
     if not p or not g:
         return float(p == g)
@@ -88,24 +103,40 @@ def _write_lines(path: Path, rows: list[dict]) -> Path:
 
 
 def _rows(gold: Path) -> list[dict]:
-    return [json.loads(json.dumps({"id": p.id, "predicted_answer": p.predicted_answer,
-                                   "predicted_support_idxs": p.predicted_support_idxs,
-                                   "predicted_answerable": p.predicted_answerable})) for p in _perfect(gold)]
+    return [
+        json.loads(
+            json.dumps(
+                {
+                    "id": p.id,
+                    "predicted_answer": p.predicted_answer,
+                    "predicted_support_idxs": p.predicted_support_idxs,
+                    "predicted_answerable": p.predicted_answerable,
+                }
+            )
+        )
+        for p in _perfect(gold)
+    ]
 
 
 FULL = SAMPLES / "musique_full/dev_derived.jsonl"
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda rows: rows.pop(3), "1 gold ids have no prediction: '2hop__288702_34903'|missing row"),
-    (lambda rows: rows.append({**rows[0], "id": "2hop__000_111"}), "not in the gold file: '2hop__000_111'"),
-    (lambda rows: rows.__setitem__(slice(2, 6), [rows[4], rows[5], rows[2], rows[3]]), "wrong order"),
-    (lambda rows: rows.insert(1, dict(rows[0])), "duplicate prediction: 3 rows for this id"),
-    (lambda rows: rows[7].pop("predicted_answerable"), "missing required field `predicted_answerable`"),
-    (lambda rows: rows[7].__setitem__("predicted_support_idxs", "3"), "Expected `array`, got `str`"),
-    (lambda rows: rows[7].__setitem__("predicted_support_idxs", [3, 20]), r"idx \[20\] are not idx of this question"),
-    (lambda rows: rows[7].__setitem__("predicted_answer", 7), "Expected `str`, got `int`"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda rows: rows.pop(3), "1 gold ids have no prediction: '2hop__288702_34903'|missing row"),
+        (lambda rows: rows.append({**rows[0], "id": "2hop__000_111"}), "not in the gold file: '2hop__000_111'"),
+        (lambda rows: rows.__setitem__(slice(2, 6), [rows[4], rows[5], rows[2], rows[3]]), "wrong order"),
+        (lambda rows: rows.insert(1, dict(rows[0])), "duplicate prediction: 3 rows for this id"),
+        (lambda rows: rows[7].pop("predicted_answerable"), "missing required field `predicted_answerable`"),
+        (lambda rows: rows[7].__setitem__("predicted_support_idxs", "3"), "Expected `array`, got `str`"),
+        (
+            lambda rows: rows[7].__setitem__("predicted_support_idxs", [3, 20]),
+            r"idx \[20\] are not idx of this question",
+        ),
+        (lambda rows: rows[7].__setitem__("predicted_answer", 7), "Expected `str`, got `int`"),
+    ],
+)
 def test_bad_predictions_raise_clear_errors(edit, message: str, tmp_path: Path) -> None:
     rows = _rows(FULL)
     edit(rows)
@@ -127,10 +158,17 @@ def test_full_predictions_need_two_rows_per_id(tmp_path: Path) -> None:
         evaluate_files(_write_lines(tmp_path / "p.jsonl", rows), FULL)
 
 
-def _run_evaluate(args: list[str]) -> subprocess.CompletedProcess:
+def _run_evaluate(args: list[str], cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    return subprocess.run([sys.executable, "evaluate.py", *args], cwd=PROJECT_ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "evaluate.py"), *args],
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_evaluate_cli_writes_full_precision_metrics_and_per_question_rows(tmp_path: Path) -> None:
@@ -139,16 +177,71 @@ def test_evaluate_cli_writes_full_precision_metrics_and_per_question_rows(tmp_pa
     rows[1]["predicted_answerable"] = True  # its unanswerable twin judged answerable: group scores 0
     predictions = _write_lines(tmp_path / "p.jsonl", rows)
     output = tmp_path / "out" / "metrics.json"
-    result = _run_evaluate([f"predictions={predictions}", f"gold={FULL}", f"output={output}",
-                            f"paths.log_dir={tmp_path}/logs"])
+    result = _run_evaluate(
+        [f"predictions={predictions}", f"gold={FULL}", f"output={output}", f"paths.log_dir={tmp_path}/logs"]
+    )
     assert result.returncode == 0, result.stderr
     metrics = json.loads(output.read_text())
     assert metrics["answer_f1"] == (2 / 3 + 199) / 200  # exact: written at full precision
     assert metrics["group_answer_sufficiency_f1"] == 199 / 200
     assert metrics["sufficiency_accuracy"] == 399 / 400
     assert "group_answer_sufficiency_f1" in result.stdout and "answer_f1" in result.stdout
-    per_question = [json.loads(line) for line in (tmp_path / "out" / "metrics.per_question.jsonl").read_text().splitlines()]
+    per_question = [
+        json.loads(line) for line in (tmp_path / "out" / "metrics.per_question.jsonl").read_text().splitlines()
+    ]
     assert len(per_question) == 400 and per_question[0]["answer_f1"] == pytest.approx(2 / 3)
+    assert not (tmp_path / "logs").exists()  # no Hydra run folder
+
+
+@pytest.mark.parametrize("layout", ["dataset=musique_full", "format=musique", None])
+def test_evaluate_cli_writes_only_its_outputs_beside_the_predictions(layout: str | None, tmp_path: Path) -> None:
+    (tmp_path / "preds").mkdir()
+    predictions = _write_lines(tmp_path / "preds" / "p.jsonl", _rows(FULL))
+    work = tmp_path / "work"  # the working directory: stays empty
+    work.mkdir()
+    result = _run_evaluate(
+        [f"predictions={predictions}", f"gold={FULL}", f"paths.log_dir={tmp_path}/logs", *([layout] if layout else [])],
+        cwd=work,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "preds" / "p.metrics.json").read_text())["group_answer_sufficiency_f1"] == 1.0
+    assert sorted(path.name for path in (tmp_path / "preds").iterdir()) == [
+        "p.jsonl",
+        "p.metrics.json",
+        "p.metrics.per_question.jsonl",
+    ]
+    assert not (tmp_path / "logs").exists() and not list(work.iterdir())  # no run folder, .hydra/ or log file
+
+
+@pytest.mark.parametrize(
+    ("gold", "layout", "message"),
+    [
+        (FULL, "dataset=musique_ans", "not paired: choose dataset=musique_full"),
+        (SAMPLES / "musique_ans/dev.jsonl", "dataset=musique_full", "no gold row is unanswerable"),
+        (FULL, "dataset=hotpotqa_20k", "not a HotpotQA record"),
+        (FULL, "format=2wiki", "not a 2WikiMultihopQA record"),
+        (FULL, "format=hotpotqa dataset=musique_full", "contradicts dataset=musique_full"),
+    ],
+)
+def test_evaluate_cli_checks_the_gold_file_against_the_chosen_dataset(
+    gold: Path, layout: str, message: str, tmp_path: Path
+) -> None:
+    predictions = _write_lines(tmp_path / "p.jsonl", _rows(FULL))
+    result = _run_evaluate(
+        [f"predictions={predictions}", f"gold={gold}", *layout.split(), f"paths.log_dir={tmp_path}/logs"]
+    )
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "p.metrics.json").exists()
+
+
+def test_read_gold_pairing_and_format_options() -> None:
+    assert len(read_gold(FULL, "musique", paired=True)) == len(read_gold(FULL)) == 400
+    with pytest.raises(DataFormatError, match="not paired"):
+        read_gold(FULL, "musique", paired=False)
+    with pytest.raises(DataFormatError, match="no gold row is unanswerable"):
+        read_gold(SAMPLES / "musique_ans/dev.jsonl", paired=True)
+    with pytest.raises(UnknownFormatError, match="unknown gold format 'musique_full'; expected one of: musique"):
+        read_gold(FULL, "musique_full")
 
 
 def test_evaluate_cli_bad_predictions_exit_2_and_write_no_metrics(tmp_path: Path) -> None:
@@ -156,8 +249,9 @@ def test_evaluate_cli_bad_predictions_exit_2_and_write_no_metrics(tmp_path: Path
     rows.pop(10)
     predictions = _write_lines(tmp_path / "p.jsonl", rows)
     output = tmp_path / "metrics.json"
-    result = _run_evaluate([f"predictions={predictions}", f"gold={FULL}", f"output={output}",
-                            f"paths.log_dir={tmp_path}/logs"])
+    result = _run_evaluate(
+        [f"predictions={predictions}", f"gold={FULL}", f"output={output}", f"paths.log_dir={tmp_path}/logs"]
+    )
     assert result.returncode == 2 and "error:" in result.stderr and "Traceback" not in result.stderr
     assert not output.exists() and not list(tmp_path.glob("*.per_question.jsonl"))
 
@@ -170,10 +264,15 @@ def _probe_predictions(gold_path: Path, data_format: str, tmp_path: Path) -> Pat
     for number, example in enumerate(examples):
         for probe_number, probe in enumerate(make_probes(example)):
             right = (probe_number == 0) == (number % 2 == 0)
-            rows.append(ProbePrediction(id=example.id, probe=probe_number,
-                                        predicted_answer=example.answer if right else "wrong",
-                                        predicted_answer_confidence=0.3 if right else 0.7,
-                                        predicted_support_idxs=probe.supporting_idxs))
+            rows.append(
+                ProbePrediction(
+                    id=example.id,
+                    probe=probe_number,
+                    predicted_answer=example.answer if right else "wrong",
+                    predicted_answer_confidence=0.3 if right else 0.7,
+                    predicted_support_idxs=probe.supporting_idxs,
+                )
+            )
     path = tmp_path / "probe_predictions.jsonl"
     write_predictions(path, rows)
     return path
@@ -197,20 +296,43 @@ def test_dire_cli_on_musique_full_skips_unanswerable(tmp_path: Path) -> None:
     for example in read_examples(FULL, "musique", "musique_full"):
         if example.answerable:
             for number, probe in enumerate(make_probes(example)):
-                probes.append({"id": example.id, "probe": number, "predicted_answer": example.answer,
-                               "predicted_answer_confidence": 0.5, "predicted_support_idxs": probe.supporting_idxs})
+                probes.append(
+                    {
+                        "id": example.id,
+                        "probe": number,
+                        "predicted_answer": example.answer,
+                        "predicted_answer_confidence": 0.5,
+                        "predicted_support_idxs": probe.supporting_idxs,
+                    }
+                )
     probe_path = _write_lines(tmp_path / "probes.jsonl", probes)
     output = tmp_path / "dire.json"
-    result = _run_evaluate(["mode=dire", f"gold={FULL}", f"predictions={predictions}",
-                            f"probe_predictions={probe_path}", f"output={output}", f"paths.log_dir={tmp_path}/logs"])
+    result = _run_evaluate(
+        [
+            "mode=dire",
+            f"gold={FULL}",
+            f"predictions={predictions}",
+            f"probe_predictions={probe_path}",
+            f"output={output}",
+            f"paths.log_dir={tmp_path}/logs",
+        ]
+    )
     assert result.returncode == 0, result.stderr
     metrics = json.loads(output.read_text())
     assert metrics["dire_answer_f1"] == metrics["dire_support_f1"] == metrics["dire_joint_f1"] == 1.0
     assert metrics["dire_count"] == 200
     probes.pop()
     _write_lines(probe_path, probes)
-    result = _run_evaluate(["mode=dire", f"gold={FULL}", f"predictions={predictions}",
-                            f"probe_predictions={probe_path}", f"output={tmp_path}/x.json", f"paths.log_dir={tmp_path}/l"])
+    result = _run_evaluate(
+        [
+            "mode=dire",
+            f"gold={FULL}",
+            f"predictions={predictions}",
+            f"probe_predictions={probe_path}",
+            f"output={tmp_path}/x.json",
+            f"paths.log_dir={tmp_path}/l",
+        ]
+    )
     assert result.returncode == 2 and "lack probe 0 or 1" in result.stderr and not (tmp_path / "x.json").exists()
 
 
@@ -226,16 +348,21 @@ def test_probe_partition_options() -> None:
     assert probe1.supporting_idxs == sorted(ordered[:2])
 
 
-@pytest.mark.parametrize(("dataset", "relative", "data_format"), [
-    ("musique_ans", "musique_ans/dev.jsonl", "musique"), ("hotpotqa", "hotpotqa/dev.json", "hotpotqa"),
-    ("2wiki", "2wiki/dev.json", "2wiki")])
+@pytest.mark.parametrize(
+    ("dataset", "relative", "data_format"),
+    [
+        ("musique_ans", "musique_ans/dev.jsonl", "musique"),
+        ("hotpotqa", "hotpotqa/dev.json", "hotpotqa"),
+        ("2wiki", "2wiki/dev.json", "2wiki"),
+    ],
+)
 def test_probe_files_keep_original_idx_in_the_dataset_format(dataset, relative, data_format, tmp_path: Path) -> None:
     examples = read_examples(SAMPLES / relative, data_format, dataset)
     output = tmp_path / "probe.json"
     assert write_probe_file(examples, data_format, output) == 2 * len(examples)
     probes = read_examples(output, data_format, dataset)
     for number, example in enumerate(examples):
-        for probe_number, probe in enumerate(probes[2 * number: 2 * number + 2]):
+        for probe_number, probe in enumerate(probes[2 * number : 2 * number + 2]):
             removed = support_groups(example)[probe_number]
             by_idx = {p.idx: p for p in example.paragraphs}
             assert probe.id == example.id
@@ -251,8 +378,9 @@ def test_official_hotpotqa_and_2wiki_prediction_writers(tmp_path: Path) -> None:
     write_hotpotqa_predictions(tmp_path / "hotpot.json", examples, predictions)
     written = json.loads((tmp_path / "hotpot.json").read_text())
     first = examples[0]
-    expected_sp = [[first.paragraphs[i].title, s] for i in first.supporting_idxs
-                   for s in range(len(first.paragraphs[i].sentences))]
+    expected_sp = [
+        [first.paragraphs[i].title, s] for i in first.supporting_idxs for s in range(len(first.paragraphs[i].sentences))
+    ]
     assert written["answer"] == {e.id: "x" for e in examples} and written["sp"][first.id] == expected_sp
     assert "evidence" not in written
     write_2wiki_predictions(tmp_path / "2wiki.json", examples, predictions)

@@ -28,7 +28,7 @@ def test_ddp_sim_two_cpu_processes(tmp_path: Path) -> None:
     metrics = json.loads((run / "metrics.json").read_text())
     assert "group_answer_sufficiency_f1" in metrics and metrics["count"] == 9
     # the validation metrics that ran under DDP were logged once per epoch by the answerer stage
-    rows = (next((run / "csv").rglob("metrics.csv"))).read_text()
+    rows = (next((run / "answerer" / "csv").rglob("metrics.csv"))).read_text()
     assert "answerer/val/group_answer_sufficiency_f1" in rows
     run_id = (run / "wandb_run_id.txt").read_text().strip()
     assert list((run / "wandb").glob(f"offline-run-*-{run_id}"))

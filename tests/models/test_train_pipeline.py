@@ -90,4 +90,4 @@ def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads((run / "metrics.json").read_text())
-    assert (run / "config.yaml").exists() and "answerer/val/answer_f1" in next((run / "csv").rglob("metrics.csv")).read_text()
+    assert (run / "config.yaml").exists() and "answerer/val/answer_f1" in next((run / "answerer" / "csv").rglob("metrics.csv")).read_text()

@@ -1,0 +1,72 @@
+"""The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- cli (entry points).
+
+A module may import its own layer and the layers below it, never a layer above. `errors`, `io` and the package's
+`__init__` are the foundation every layer may use. Imports inside functions count too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from musique_models import PROJECT_ROOT
+
+LAYERS = ["data", "evaluation", "features", "models", "training", "recipes", "cli"]
+FOUNDATION = {"musique_models", "musique_models.errors", "musique_models.io"}
+PACKAGE = PROJECT_ROOT / "musique_models"
+
+
+def _layer(module: str) -> int:
+    """-1 for the foundation, else the index of the module's layer."""
+    if module in FOUNDATION:
+        return -1
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "musique_models" or parts[1] not in LAYERS:
+        raise AssertionError(f"{module} belongs to no layer: add it to LAYERS or FOUNDATION")
+    return LAYERS.index(parts[1])
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every `musique_models` import in a file, at any depth."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "musique_models":  # `from musique_models import training` imports a layer
+                found.extend((node.lineno, f"musique_models.{alias.name}" if alias.name in LAYERS else node.module)
+                             for alias in node.names)
+            else:
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+    return [(line, module) for line, module in found if module.split(".")[0] == "musique_models"]
+
+
+def _module_name(path: Path) -> str:
+    relative = path.relative_to(PROJECT_ROOT).with_suffix("")
+    parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
+    return ".".join(parts)
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    for path in SOURCES:
+        _layer(_module_name(path))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(PROJECT_ROOT)))
+def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
+    own = _layer(_module_name(path))
+    upward = [f"{path.relative_to(PROJECT_ROOT)}:{line} imports {module}"
+              for line, module in _imports(path) if _layer(module) > own]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    offending = tmp_path / "offending.py"
+    offending.write_text("def f():\n    from musique_models.training.stage import run_stage\n")
+    (line, module), = _imports(offending)
+    assert line == 2 and _layer(module) == LAYERS.index("training") > _layer("musique_models.models.answerer")

@@ -1,0 +1,86 @@
+"""Every command-line tool answers a user's mistake with one line `error: ...` and exit status 2, never a traceback
+or Hydra's multi-line report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from musique_models import PROJECT_ROOT
+from tests.conftest import SAMPLES
+
+GOLD = str(SAMPLES / "musique_full/dev_derived.jsonl")
+PREDICTIONS = str(SAMPLES / "musique_full/dev_derived.jsonl")  # never read: each case fails before
+EVALUATE = ["evaluate.py"]
+PROBE = ["-m", "musique_models.data.probe", "dataset=hotpotqa_20k", "dataset.sample=true"]
+SUMMARY = ["-m", "musique_models.data.summary"]
+CONTRAST = ["-m", "musique_models.data.contrast"]
+
+# (arguments after the python executable, a key word of the message); {tmp} is the test's temporary folder.
+CASES = {
+    "evaluate-no-gold": ([*EVALUATE, f"predictions={PREDICTIONS}"], "gold=PATH"),
+    "evaluate-no-predictions": ([*EVALUATE, f"gold={GOLD}"], "predictions=PATH"),
+    "evaluate-dire-no-probes": (
+        [*EVALUATE, "mode=dire", f"predictions={PREDICTIONS}", f"gold={GOLD}"],
+        "probe_predictions=PATH",
+    ),
+    "evaluate-unknown-mode": ([*EVALUATE, "mode=foo", f"predictions={PREDICTIONS}", f"gold={GOLD}"], "mode=foo"),
+    "evaluate-unknown-dataset": (
+        [*EVALUATE, "dataset=foo", f"predictions={PREDICTIONS}", f"gold={GOLD}"],
+        "dataset/foo",
+    ),
+    "evaluate-unknown-format": (
+        [*EVALUATE, "format=musique_full", f"predictions={PREDICTIONS}", f"gold={GOLD}"],
+        "use dataset=musique_full",
+    ),
+    "evaluate-bad-override": (
+        [*EVALUATE, "gold_file=x", f"predictions={PREDICTIONS}", f"gold={GOLD}"],
+        "Could not override 'gold_file'",
+    ),
+    "evaluate-missing-predictions-file": (
+        [*EVALUATE, "predictions={tmp}/none.jsonl", f"gold={GOLD}"],
+        "predictions file not found",
+    ),
+    "probe-unknown-partition": ([*PROBE, "out={tmp}/probe.json", "partition=halves"], "partition=halves"),
+    "probe-unknown-split": ([*PROBE, "out={tmp}/probe.json", "split=test"], "no split 'test'"),
+    "probe-no-out": ([*PROBE], "out=PATH"),
+    "probe-not-a-boolean": ([*PROBE[:-1], "dataset.sample=maybe", "out={tmp}/probe.json"], "not a boolean"),
+    "contrast-missing-input": (
+        [*CONTRAST, "--input", "{tmp}/missing.json", "--format", "musique", "--output", "{tmp}/out.jsonl"],
+        "file not found",
+    ),
+    "summary-unknown-dataset": ([*SUMMARY, "dataset=foo"], "dataset/foo"),
+    "summary-bad-override": ([*SUMMARY, "dataset.smaple=true"], "Could not override 'dataset.smaple'"),
+    "summary-unparsable-override": ([*SUMMARY, "foo"], "Error parsing override 'foo'"),
+}
+
+
+def run_tool(arguments: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run `python ARGUMENTS` from the repository root, with caches and logs under `tmp_path`."""
+    arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in arguments]
+    if arguments[0] != "-m" or "contrast" not in arguments[1]:  # the Hydra tools
+        arguments += [f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs"]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    return subprocess.run(
+        [sys.executable, *arguments],
+        check=False,
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(("arguments", "key_word"), list(CASES.values()), ids=list(CASES))
+def test_user_errors_are_one_line_and_exit_2(arguments: list[str], key_word: str, tmp_path: Path) -> None:
+    result = run_tool(arguments, tmp_path)
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and lines[0] != "error: ", result.stderr
+    assert key_word in lines[0]
+    assert not (tmp_path / "logs").exists()  # no Hydra run folder, even on failure
