@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import os
 import tempfile
@@ -69,3 +70,24 @@ def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
         for row in rows:
             handle.write(encoder.encode(row))
             handle.write(b"\n")
+
+
+def code_fingerprint(*modules: str) -> str:
+    """A short sha256 of the source code of the named modules (a package counts with every module in it).
+
+    Caches of derived data (parsed splits, features, converted models) put it in their key, so that editing the
+    code that produced them can never silently reuse a stale entry.
+    """
+    import importlib.util
+
+    digest = hashlib.sha256()
+    for module in sorted(modules):
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            raise ValueError(f"no source for module {module!r}")
+        origin = Path(spec.origin)
+        files = sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
+        for path in files:
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

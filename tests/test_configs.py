@@ -35,12 +35,14 @@ def test_embedded_default_is_select_answer_with_minilm_on_the_musique_ans_sample
     cfg = compose_train_cfg()
     assert cfg.dataset.name == "musique_ans" and cfg.dataset.sample is True
     assert cfg.model.name == "select_answer" and cfg.backbone.name == "minilm" and cfg.trainer.accelerator == "auto"
-    # on the sample: small batches, validation after the last epoch; on the official files: the paper's settings
+    # on the sample: small batches, no validation (nothing scored twice); on the official files: the paper's settings
     assert cfg.model.answerer.micro_batch_size * cfg.model.answerer.accumulate_grad_batches == 4
-    assert cfg.model.selector.micro_batch_size == 8 and cfg.model.answerer.check_val_every_n_epoch == 3
+    assert cfg.model.selector.micro_batch_size == 8 and not cfg.model.selector.validate
+    assert not cfg.model.answerer.validate
     paper = compose_train_cfg(["dataset=musique_full"])
     assert paper.model.answerer.micro_batch_size * paper.model.answerer.accumulate_grad_batches == 12
     assert paper.model.selector.micro_batch_size == 16 and paper.model.selector.check_val_every_n_epoch == 1
+    assert paper.model.selector.validate and paper.model.answerer.validate
     assert paper.model.selector.lr == 1e-4 and compose_train_cfg(["backbone=roberta_large"]).model.selector.lr == 2e-5
 
 

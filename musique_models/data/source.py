@@ -19,12 +19,13 @@ from musique_models.data.readers import FORMAT_NAMES, READERS, check_musique_ful
 from musique_models.data.schema import Example
 from musique_models.data.subsample import subsample_indices
 from musique_models.errors import DatasetNotFoundError, MusiqueModelsError
-from musique_models.io import write_json
+from musique_models.io import code_fingerprint, write_json
 
 log = logging.getLogger(__name__)
 
-# Bump when a reader's output changes, so that stale Arrow caches are not reused.
-READER_VERSION = "1"
+# The code whose output the Arrow cache holds: an edit to any of it makes a new cache entry, never a stale reuse.
+READER_MODULES = ("musique_models.data.readers", "musique_models.data.schema", "musique_models.data.features",
+                  "musique_models.data.jsonio")
 _WRITE_BATCH = 1000
 
 
@@ -191,7 +192,7 @@ class DatasetSource:
         with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 22), b""):
                 digest.update(block)
-        digest.update(f"|{self.format}|{self.name}|{self.paired}|reader-{READER_VERSION}".encode())
+        digest.update(f"|{self.format}|{self.name}|{self.paired}|reader-{code_fingerprint(*READER_MODULES)}".encode())
         return self.cache_dir / f"{self.name}-{path.stem}-{digest.hexdigest()[:20]}.arrow"
 
     def _load_file(self, path: Path) -> datasets.Dataset:

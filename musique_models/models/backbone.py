@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -123,9 +125,24 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
     raise ValueError(f"unknown pooling {pooling!r}; expected 'cls' or 'mean'")
 
 
+@contextmanager
+def _explained_hub_errors(spec: BackboneSpec) -> Iterator[None]:
+    """A hub backbone that cannot be fetched (offline, or a wrong name) fails with a line saying what to do."""
+    try:
+        yield
+    except OSError as error:
+        if spec.source != "hub":
+            raise
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise BackboneError(f"backbone {spec.name!r}: cannot load {spec.path!r} ({reason}). A hub backbone needs a "
+                            f"network on first use; offline, set backbone.path=/path/to/a/local/copy of the model "
+                            "folder, or use an offline backbone (minilm, minilm_long)") from None
+
+
 def load_tokenizer(spec: BackboneSpec) -> PreTrainedTokenizerFast:
     """The backbone's fast tokenizer with the paragraph marker added as a special token."""
-    tokenizer = AutoTokenizer.from_pretrained(spec.model_dir(), use_fast=True)
+    with _explained_hub_errors(spec):
+        tokenizer = AutoTokenizer.from_pretrained(spec.model_dir(), use_fast=True)
     if not tokenizer.is_fast:
         raise BackboneError(f"backbone {spec.name!r} has no fast tokenizer (offsets are needed)")
     tokenizer.add_special_tokens({"additional_special_tokens": [PARAGRAPH_MARKER]})
@@ -146,7 +163,8 @@ def load_encoder(spec: BackboneSpec, vocab_size: int) -> PreTrainedModel:
             config = AutoConfig.from_pretrained(spec.model_dir(), **spec.config_overrides)
         model = AutoModel.from_config(config)
     else:
-        model = AutoModel.from_pretrained(spec.model_dir(), **spec.config_overrides)
+        with _explained_hub_errors(spec):
+            model = AutoModel.from_pretrained(spec.model_dir(), **spec.config_overrides)
     if model.get_input_embeddings().num_embeddings != vocab_size:
         model.resize_token_embeddings(vocab_size)
     if getattr(model, "pooler", None) is not None:

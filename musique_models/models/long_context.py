@@ -27,12 +27,12 @@ import torch
 from transformers import AutoModel, AutoTokenizer, LongformerConfig, LongformerModel
 
 from musique_models.errors import MusiqueModelsError
+from musique_models.io import code_fingerprint
 
 log = logging.getLogger(__name__)
 
 # Source architectures whose layers carry the weight names Longformer's layers use (BERT's layout).
 SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
-CONVERSION_VERSION = 1
 
 
 class ConversionError(MusiqueModelsError):
@@ -109,7 +109,7 @@ def convert_to_longformer(source: str | Path, output_dir: str | Path, max_positi
         (staging / "conversion.json").write_text(json.dumps({
             "source": str(source), "source_model_type": source_config.model_type,
             "source_positions": source_config.max_position_embeddings, "max_positions": max_positions,
-            "attention_window": attention_window, "version": CONVERSION_VERSION}, indent=2))
+            "attention_window": attention_window, "code": code_fingerprint(__name__)}, indent=2))
         if output_dir.exists():
             shutil.rmtree(output_dir)
         os.replace(staging, output_dir)
@@ -142,7 +142,7 @@ def ensure_converted(source: str | Path, output_dir: str | Path, max_positions: 
     rebuilt when the settings, the source or the converter changed)."""
     output_dir = Path(output_dir)
     wanted = {"source": str(source), "max_positions": max_positions, "attention_window": attention_window,
-              "version": CONVERSION_VERSION}
+              "code": code_fingerprint(__name__)}
     record = output_dir / "conversion.json"
     if record.exists():
         found = json.loads(record.read_text())

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torchmetrics import Metric
 
+from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.metrics import support_scores
 from musique_models.evaluation.torchmetric import state_table
 from musique_models.models.backbone import BackboneSpec, load_encoder, pool
@@ -69,6 +71,21 @@ class ParagraphSelector(QAModule):
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         return {"example_row": batch["example_row"], "paragraph_idx": batch["paragraph_idx"],
                 "score": self._logits(batch).float(), "label": batch["label"]}
+
+
+def load_selector(checkpoint: str) -> ParagraphSelector:
+    """A trained selector from a checkpoint file; a missing file or another stage's checkpoint (an answerer's) is
+    refused with a line saying what it holds."""
+    if not Path(checkpoint).is_file():
+        raise MusiqueModelsError(f"selector checkpoint {checkpoint}: no such file")
+    try:
+        return ParagraphSelector.load_from_checkpoint(checkpoint, map_location="cpu")
+    except (TypeError, RuntimeError, KeyError) as error:
+        stored = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+        heads = sorted({key.split(".")[0] for key in stored.get("state_dict", {}) if not key.startswith("encoder.")})
+        raise MusiqueModelsError(f"{checkpoint} is not a paragraph selector's checkpoint (its heads: "
+                                 f"{', '.join(heads) or 'none'}; a selector has score_head). Pass "
+                                 "<run>/selector/checkpoints/best.ckpt as model.selector_checkpoint") from error
 
 
 def rank_paragraphs(rows: Sequence[int], paragraph_idxs: Sequence[int], scores: Sequence[float]) -> dict[int, list[int]]:

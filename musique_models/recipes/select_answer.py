@@ -23,7 +23,7 @@ from musique_models.features.selector import featurize_selector
 from musique_models.io import write_json
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
-from musique_models.models.selector import ParagraphSelector, RankingMetric, rank_paragraphs
+from musique_models.models.selector import ParagraphSelector, RankingMetric, load_selector, rank_paragraphs
 from musique_models.recipes.base import RunContext
 from musique_models.recipes.reader import fit_and_predict_reader
 from musique_models.training.datamodule import QADataModule, featurize
@@ -68,7 +68,7 @@ class SelectAnswer:
         eval_pairs = featurize(context.evaluation, featurize_selector, tokenizer, cache, "selector-eval",
                                **selector_settings)
         if self.selector_checkpoint:
-            selector = ParagraphSelector.load_from_checkpoint(self.selector_checkpoint, map_location="cpu")
+            selector = load_selector(self.selector_checkpoint)
         else:
             selector = ParagraphSelector(backbone, len(tokenizer), top_k=self.top_k, lr=self.selector_cfg.lr,
                                          warmup_ratio=self.selector_cfg.warmup_ratio)

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerFast
 
+from musique_models.io import code_fingerprint
 from musique_models.training.loaders import BalancedNegatives, BucketBatchSampler, PaddingCollator, ResumableDataLoader
 
 
@@ -21,11 +22,13 @@ def featurize(table: datasets.Dataset, function: Callable[..., dict[str, Any]], 
               cache_dir: str | Path, name: str, batch_size: int = 256, features: datasets.Features | None = None,
               **settings: Any) -> datasets.Dataset:
     """`table.map(function, batched=True)` cached on disk, keyed by the input's fingerprint, the tokenizer,
-    the function and its settings. Declared `features` spare `datasets` inferring the column types of every
+    the function, its settings and the source code of the featurisers (an edited featuriser never reuses stale
+    features). Declared `features` spare `datasets` inferring the column types of every
     batch."""
     key = json.dumps({"input": table._fingerprint, "function": f"{function.__module__}.{function.__qualname__}",
-                      "tokenizer": tokenizer.name_or_path, "vocab": len(tokenizer), "settings": settings,
-                      "version": 3}, sort_keys=True, default=str)
+                      "code": code_fingerprint("musique_models.features", function.__module__),
+                      "tokenizer": tokenizer.name_or_path, "vocab": len(tokenizer), "settings": settings},
+                     sort_keys=True, default=str)
     fingerprint = hashlib.sha256(key.encode()).hexdigest()[:24]
     cache_file = Path(cache_dir) / f"{name}-{fingerprint}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)

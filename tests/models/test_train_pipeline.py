@@ -80,7 +80,7 @@ def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "train.py", "dataset=hotpotqa_20k", "backbone=tiny", "dataset.sample=true",
          "dataset.train_size=12", "model.selector.max_epochs=1", "model.answerer.max_epochs=1",
-         "trainer.enable_progress_bar=false", *common],
+         "model.answerer.validate=true", "trainer.enable_progress_bar=false", *common],
         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"

@@ -1,0 +1,202 @@
+"""Overfit check: each model must memorise a handful of real training questions.
+
+A pipeline that cannot memorise 8 questions has a labelling, offset or decoding bug. This script trains a model
+(the whole recipe, in-process, as `train.py` would) on 8 real training questions of the shipped MuSiQue-Ans sample
+(`dataset.train_size=8`, drawn with the seed), long enough and at a high enough learning rate to memorise them,
+then predicts and scores the same 8 questions (`eval_split=train eval_size=8`) with the official evaluator.
+
+Thresholded models must reach answer F1 >= 0.8 and support F1 >= 0.8 on them; baselines (C-only, which never sees
+the question) are only reported. The exit status is 1 when a thresholded model fails.
+
+    python benchmarks/overfit.py model=select_answer              # real MiniLM (backbone=minilm)
+    python benchmarks/overfit.py model=end2end                    # MiniLM as a 4,096-position Longformer
+    python benchmarks/overfit.py model=c_only                     # baseline: reported, no threshold
+    python benchmarks/overfit.py model=select_answer,end2end,c_only [extra Hydra overrides] [--out DIR]
+
+Each model's settings (epochs, learning rate, batches) are one entry of `MODELS` below; extra Hydra overrides on
+the command line come last and win. A later model joins with one entry there. Runs go to
+`logs/overfit/<model>-<time>/` (or `<--out>/<model>-<time>/`); each holds the pipeline's own files
+(`metrics.json`, `predictions.jsonl`, `config.yaml`, per-stage CSV logs, `train.log`) and `overfit.json` (the
+figures of the table: settings, answer F1 / EM, support F1, final training loss per stage, wall time, verdict).
+The wall time is the pipeline's (`train(cfg)`): building `minilm_long` on first use is timed apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.utils import instantiate  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from musique_models import PROJECT_ROOT  # noqa: E402
+from musique_models.cli.train import train  # noqa: E402
+
+QUESTIONS = 8
+ANSWER_F1_MIN = 0.8
+SUPPORT_F1_MIN = 0.8
+
+# Every run: the 8 training questions, scored on themselves; CPU, no checkpoints but the final weights.
+COMMON = [
+    "dataset=musique_ans", "dataset.sample=true", f"dataset.train_size={QUESTIONS}",
+    "eval_split=train", f"eval_size={QUESTIONS}",
+    "trainer=cpu", "++trainer.threads=2", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
+    "callbacks=none", "logger=csv",
+]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model's overfit run: its backbone, Hydra overrides, and whether the F1 thresholds apply."""
+
+    backbone: str
+    overrides: list[str] = field(default_factory=list)
+    thresholded: bool = True
+
+
+# Stage settings: no validation (the final weights predict), enough epochs at a high learning rate to memorise.
+_READER = ["model.reader.max_epochs=20", "model.reader.lr=2e-4", "model.reader.micro_batch_size=2",
+           "model.reader.accumulate_grad_batches=1", "model.reader.validate=false",
+           "model.reader.gradient_checkpointing=false"]
+MODELS: dict[str, ModelSpec] = {
+    "select_answer": ModelSpec("minilm", [
+        "model.selector.max_epochs=10", "model.selector.lr=1e-4", "model.selector.micro_batch_size=8",
+        "model.selector.accumulate_grad_batches=1", "++model.selector.validate=false",
+        "model.answerer.max_epochs=30", "model.answerer.lr=1e-4", "model.answerer.micro_batch_size=4",
+        "model.answerer.accumulate_grad_batches=1", "++model.answerer.validate=false",
+    ]),
+    "end2end": ModelSpec("minilm_long", _READER),
+    "c_only": ModelSpec("minilm_long", _READER, thresholded=False),
+}
+
+
+def compose_config(model: str, output_dir: Path, extra: list[str]) -> DictConfig:
+    spec = MODELS[model]
+    overrides = [*COMMON, f"model={model}", f"backbone={spec.backbone}", *spec.overrides,
+                 f"paths.output_dir={output_dir}", *extra]
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+def stage_settings(cfg: DictConfig) -> dict[str, dict]:
+    """Each stage's epochs, learning rate and batch (micro-batch x accumulation), read from the composed config."""
+    stages = {}
+    for name, stage in cfg.model.items():
+        if isinstance(stage, DictConfig) and "max_epochs" in stage and "lr" in stage:
+            stages[str(name)] = {"epochs": int(stage.max_epochs), "lr": float(stage.lr),
+                                 "batch": f"{stage.micro_batch_size}x{stage.accumulate_grad_batches}"}
+    return stages
+
+
+def final_losses(run_dir: Path) -> dict[str, float]:
+    """Per stage, the mean training loss over the last epoch's logged steps (from the stage's CSV log)."""
+    losses = {}
+    for metrics_file in sorted(run_dir.glob("*/csv/*/metrics.csv")):
+        with open(metrics_file) as handle:
+            rows = list(csv.DictReader(handle))
+        key = next((k for k in (rows[0] if rows else {}) if k.endswith("train/loss")), None)
+        epoch_key = next((k for k in (rows[0] if rows else {}) if k.endswith("epoch")), None)
+        points = [(float(row[epoch_key]) if epoch_key and row.get(epoch_key) else 0.0, float(row[key]))
+                  for row in rows if key and row.get(key)]
+        if points:
+            last = max(epoch for epoch, _ in points)
+            values = [loss for epoch, loss in points if epoch == last]
+            losses[metrics_file.parents[2].name] = sum(values) / len(values)
+    return losses
+
+
+def run_model(model: str, out: Path, extra: list[str], console: Console) -> dict:
+    run_dir = out / f"{model}-{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    run_dir.mkdir(parents=True)
+    cfg = compose_config(model, run_dir, extra)
+    spec = MODELS[model]
+    handler = logging.FileHandler(run_dir / "train.log")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        prepare_start = time.perf_counter()
+        instantiate(cfg.backbone).model_dir()  # builds a converted backbone (minilm_long) on first use
+        prepare_s = time.perf_counter() - prepare_start
+        start = time.perf_counter()
+        train(cfg)
+        wall_s = time.perf_counter() - start
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    trained_ids = set(instantiate(cfg.dataset).load("train")["id"])
+    with open(run_dir / "predictions.jsonl") as handle:
+        scored_ids = {json.loads(line)["id"] for line in handle if line.strip()}
+    if scored_ids != trained_ids or len(trained_ids) != QUESTIONS:
+        raise SystemExit(f"{model}: the scored questions are not the {QUESTIONS} trained ones")
+    answer_f1, support_f1 = float(metrics["answer_f1"]), float(metrics["support_f1"])
+    passed = answer_f1 >= ANSWER_F1_MIN and support_f1 >= SUPPORT_F1_MIN
+    result = {
+        "model": model, "backbone": cfg.backbone.name, "questions": QUESTIONS, "settings": stage_settings(cfg),
+        "overrides": [*spec.overrides, *extra], "answer_f1": answer_f1, "answer_em": float(metrics["answer_em"]),
+        "support_f1": support_f1, "final_train_loss": final_losses(run_dir), "wall_s": round(wall_s, 1),
+        "backbone_prepare_s": round(prepare_s, 1), "thresholded": spec.thresholded,
+        "verdict": ("PASS" if passed else "FAIL") if spec.thresholded else "report only", "run_dir": str(run_dir),
+    }
+    (run_dir / "overfit.json").write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"{model}: {run_dir / 'overfit.json'}")
+    return result
+
+
+def results_table(results: list[dict]) -> Table:
+    table = Table(title=f"Overfit on {QUESTIONS} MuSiQue-Ans training questions (thresholds: answer F1 and support "
+                        f"F1 >= {ANSWER_F1_MIN})")
+    for column in ("model", "backbone", "settings (epochs, lr, batch)", "final train loss", "answer F1",
+                   "answer EM", "support F1", "wall", "verdict"):
+        table.add_column(column)
+    for r in results:
+        settings = "\n".join(f"{stage}: {s['epochs']} ep, lr {s['lr']:g}, batch {s['batch']}"
+                             for stage, s in r["settings"].items())
+        losses = "\n".join(f"{stage}: {loss:.3f}" for stage, loss in r["final_train_loss"].items())
+        table.add_row(r["model"], r["backbone"], settings, losses, f"{r['answer_f1']:.3f}", f"{r['answer_em']:.3f}",
+                      f"{r['support_f1']:.3f}", f"{r['wall_s'] / 60:.1f} min", r["verdict"])
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="model=<name>[,<name>...] then extra Hydra overrides")
+    parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "logs" / "overfit", help="folder of the runs")
+    args = parser.parse_args(argv)
+    models = [o.split("=", 1)[1] for o in args.overrides if o.startswith("model=")]
+    extra = [o for o in args.overrides if not o.startswith("model=")]
+    names = [name for value in models for name in value.split(",")] or ["select_answer"]
+    unknown = [name for name in names if name not in MODELS]
+    if unknown:
+        parser.error(f"no overfit settings for {', '.join(unknown)} (known: {', '.join(MODELS)})")
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("musique_models").setLevel(logging.INFO)
+    console = Console()
+    results = [run_model(name, args.out, extra, console) for name in names]
+    console.print(results_table(results))
+    if len(results) > 1:
+        args.out.mkdir(parents=True, exist_ok=True)
+        summary = args.out / f"overfit-{datetime.now():%Y-%m-%d_%H-%M-%S}.json"
+        summary.write_text(json.dumps(results, indent=2) + "\n")
+        console.print(f"all figures: {summary}")
+    return 1 if any(r["verdict"] == "FAIL" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""What train.py does with its run folder: resume only the same run, refuse to overwrite one, resume a moved
+folder, record its status and log what the console shows; and one-line errors for what a user can get wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from musique_models import PROJECT_ROOT
+from musique_models.cli.train import RunConfigError, train
+from musique_models.errors import MusiqueModelsError
+from musique_models.models.selector import load_selector
+
+TINY = ["backbone=tiny", "dataset.sample=true", "dataset.train_size=6", "eval_size=4", "model.eval_batch_size=64",
+        "model.selector.max_epochs=1", "model.answerer.max_epochs=1", "trainer.enable_progress_bar=false",
+        "logger=none"]
+
+
+@pytest.mark.slow
+def test_resume_refuses_another_config_and_resumes_the_same_one_even_after_a_move(compose_train_cfg,
+                                                                                 tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    train(compose_train_cfg([*TINY, f"paths.output_dir={first}"]))
+    assert json.loads((first / "status.json").read_text())["status"] == "finished"
+    predictions = (first / "predictions.jsonl").read_text()
+    stage = json.loads((first / "answerer" / "stage.json").read_text())
+    assert not Path(stage["best_checkpoint"]).is_absolute()
+
+    with pytest.raises(RunConfigError, match="already holds a run"):
+        train(compose_train_cfg([*TINY, f"paths.output_dir={first}"]))
+    with pytest.raises(RunConfigError, match=r"Differing keys: .*dataset\.name"):
+        train(compose_train_cfg([*TINY, "dataset=hotpotqa_20k", f"paths.output_dir={first}", "ckpt_path=last"]))
+    with pytest.raises(RunConfigError, match="holds no run"):
+        train(compose_train_cfg([*TINY, f"paths.output_dir={tmp_path / 'empty'}", "ckpt_path=last"]))
+    assert (first / "predictions.jsonl").read_text() == predictions  # nothing of the finished run was touched
+
+    moved = tmp_path / "moved"
+    shutil.move(first, moved)
+    train(compose_train_cfg([*TINY, f"paths.output_dir={moved}", "ckpt_path=last", "model.eval_batch_size=8"]))
+    assert (moved / "predictions.jsonl").read_text() == predictions
+    assert not first.exists()
+
+
+@pytest.mark.slow
+def test_run_folder_keeps_status_log_and_only_weights(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    result = _train_py([*TINY, f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={run}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[0] == f"run folder: {run}"  # first, so a killed run can be found
+    log = (run / "train.log").read_text()
+    assert "MuSiQue-Ans v1.0" in log and "answer_f1" in log and "support_f1" in log  # summary and metrics tables
+    assert json.loads((run / "status.json").read_text()) == {"status": "finished"}
+    for stage in ("selector", "answerer"):
+        (checkpoint,) = (run / stage / "checkpoints").iterdir()
+        stored = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        assert checkpoint.name == "best.ckpt" and "optimizer_states" not in stored
+    for noise in ("Tip:", "GPU available", "TPU available", "resize_token_embeddings", "LeafSpec"):
+        assert noise not in result.stdout + result.stderr
+
+
+def test_a_wrong_stage_checkpoint_is_refused_as_selector(tmp_path: Path) -> None:
+    torch.save({"state_dict": {"span_head.weight": torch.zeros(1), "encoder.x": torch.zeros(1)},
+                "hyper_parameters": {"answerability_head": True}}, tmp_path / "answerer.ckpt")
+    with pytest.raises(MusiqueModelsError, match="not a paragraph selector's checkpoint .*span_head"):
+        load_selector(str(tmp_path / "answerer.ckpt"))
+    with pytest.raises(MusiqueModelsError, match="no such file"):
+        load_selector(str(tmp_path / "missing.ckpt"))
+
+
+@pytest.mark.parametrize(("arguments", "expected"), [
+    (["eval_split=test"], "has no such split"),
+    (["eval_size=0"], "positive number"),
+    (["trainer=gpu"], "no usable GPU"),
+    (["ckpt_path=last"], "holds no run"),
+    (["datset=x"], "Could not override 'datset'"),
+    (["model=nope"], "Could not find 'model/nope'"),
+    (["seed=${oops}"], "oops"),
+])
+def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expected: str, tmp_path: Path) -> None:
+    if arguments == ["trainer=gpu"] and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = _train_py([*arguments, f"paths.log_dir={tmp_path}/logs", f"paths.cache_dir={tmp_path}/cache"])
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+
+
+@pytest.mark.slow
+def test_a_hub_backbone_offline_says_it_needs_a_network(tmp_path: Path) -> None:
+    result = _train_py([*TINY, "backbone=roberta_large", f"hydra.run.dir={tmp_path}/run",
+                        f"paths.cache_dir={tmp_path}/cache"], env={"HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert "needs a network" in line and "backbone.path" in line
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "failed"
+
+
+def _train_py(arguments: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "train.py", *arguments], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})}, timeout=600)
