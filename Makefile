@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 ARGS ?=
 
-.PHONY: install train test bench clean
+.PHONY: install train test lint bench clean clean-runs
 
 install: $(STAMP)
 
@@ -24,8 +24,13 @@ $(STAMP): pyproject.toml requirements.lock
 train: $(STAMP)
 	$(OFFLINE) $(PY) train.py $(ARGS)
 
-test: $(STAMP)
+# Lint first (ruff, version locked), then the whole suite.
+test: lint
 	$(OFFLINE) $(PY) -m pytest $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
 	$(OFFLINE) $(PY) benchmarks/bench_data.py
@@ -33,5 +38,10 @@ bench: $(STAMP)
 	$(OFFLINE) $(PY) benchmarks/bench_training.py
 	$(OFFLINE) $(PY) benchmarks/bench_long_context.py
 
+# Caches only (parsed splits, features, converted backbones: all rebuilt on demand). Runs and checkpoints stay.
 clean:
-	rm -rf .cache logs outputs multirun .pytest_cache
+	rm -rf .cache outputs multirun .pytest_cache .ruff_cache
+
+# DANGER: deletes every run under logs/ (checkpoints, predictions, metrics). Asks first.
+clean-runs:
+	@printf "delete every run and checkpoint under logs/? [y/N] " && read answer && [ "$$answer" = y ] && rm -rf logs

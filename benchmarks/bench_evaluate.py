@@ -20,8 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-WORDS = ("river city film born director album county team song war king company station school province village "
-         "united state american british french german actor band released founded").split()
+WORDS = ["river", "city", "film", "born", "director", "album", "county", "team", "song", "war", "king", "company", "station", "school", "province", "village", "united", "state", "american", "british", "french", "german", "actor", "band", "released", "founded"]
 
 PARSE_ONLY = """
 import json, resource, sys, time

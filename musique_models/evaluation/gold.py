@@ -6,6 +6,7 @@ structs that declare only the scored fields, so paragraph texts are skipped, nev
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -99,10 +100,8 @@ def msgspec_error(error: msgspec.ValidationError, path: Path, line: int, raw: by
         field = message.rsplit(" - at `$.", 1)[1].rstrip("`")
         message = message.rsplit(" - at ", 1)[0]
     record_id = None
-    try:
+    with contextlib.suppress(ValueError, AttributeError):
         record_id = json.loads(raw).get("id")
-    except (ValueError, AttributeError):
-        pass
     return DataFormatError(
         message, path=path, line=line, record_id=record_id if isinstance(record_id, str) else None, field=field
     )

@@ -26,5 +26,5 @@ def featurize_selector(batch: dict[str, list], rows: list[int], tokenizer: PreTr
     """Batched `datasets.map` function: tokenised pairs with label, example row and paragraph idx."""
     pairs = selector_pairs(batch, rows, include_title=include_title)
     encoded = tokenizer(pairs["question"], pairs["paragraph"], truncation="only_second", max_length=max_length)
-    return {**{key: encoded[key] for key in encoded.keys()}, "label": pairs["label"],
+    return {**{key: encoded[key] for key in encoded}, "label": pairs["label"],
             "example_row": pairs["example_row"], "paragraph_idx": pairs["paragraph_idx"]}

@@ -24,7 +24,7 @@ def test_gpu_script_runs_tiny_on_cpu(tmp_path: Path) -> None:
     assert results["tiny"] and results["gradient_checkpointing"]
     runs = {run["batch_size"]: run for run in results["runs"]}
     assert sorted(runs) == [1, 2, 4]
-    for batch_size, run in runs.items():
+    for _batch_size, run in runs.items():
         assert run["stopped"] is None, run
         assert run["timed_steps"] == 2
         assert run["questions_per_s"] > 0 and run["tokens_per_s"] > 0, run

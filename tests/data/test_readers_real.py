@@ -79,7 +79,7 @@ def test_context_format_sample_fields_survive(relative: str, data_format: str, t
         if data_format == "2wiki":
             assert [step.answer for step in example.decomposition] == [obj for _, _, obj in raw["evidences"]]
             assert example.num_hops == len(raw["evidences"])
-            for step, (subject, relation, _) in zip(example.decomposition, raw["evidences"]):
+            for step, (_subject, relation, _) in zip(example.decomposition, raw["evidences"]):
                 assert step.question.endswith(f" >> {relation}")
                 assert step.paragraph_support_idx is None or example.paragraphs[step.paragraph_support_idx].is_supporting
 

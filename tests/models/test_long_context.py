@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from transformers import AutoModel, AutoTokenizer, LongformerModel, RobertaConfig, RobertaModel
 
 from musique_models import PROJECT_ROOT
+from musique_models.models import long_context
 from musique_models.models.backbone import load_encoder, load_tokenizer
 from musique_models.models.long_context import ConversionError, convert_to_longformer, ensure_converted
 
@@ -95,7 +96,8 @@ def test_roberta_family_positions_keep_their_padding_offset(minilm_dir: str, tmp
                               atol=TOLERANCE)
 
 
-def test_built_on_first_use_then_reused_and_rebuilt_when_settings_change(minilm_dir: str, tmp_path: Path) -> None:
+def test_built_on_first_use_then_reused_and_rebuilt_when_settings_or_code_change(minilm_dir: str, tmp_path: Path,
+                                                                                 monkeypatch) -> None:
     folder = tmp_path / "cache" / "minilm_long"
     ensure_converted(minilm_dir, folder, 1024, 256)
     weights = folder / "model.safetensors"
@@ -103,6 +105,10 @@ def test_built_on_first_use_then_reused_and_rebuilt_when_settings_change(minilm_
     assert ensure_converted(minilm_dir, folder, 1024, 256) == folder and weights.stat().st_mtime_ns == first_write
     ensure_converted(minilm_dir, folder, 2048, 256)
     assert json.loads((folder / "conversion.json").read_text())["max_positions"] == 2048
+    second_write = weights.stat().st_mtime_ns
+    monkeypatch.setattr(long_context, "code_fingerprint", lambda *modules: "an edited converter")
+    ensure_converted(minilm_dir, folder, 2048, 256)  # same settings, other converter code: rebuilt
+    assert weights.stat().st_mtime_ns != second_write
     assert not [path for path in folder.parent.iterdir() if path.name.startswith(".")]  # no staging folder left
     with pytest.raises(ConversionError, match="even"):
         convert_to_longformer(minilm_dir, tmp_path / "odd", 1024, 255)

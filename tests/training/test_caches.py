@@ -1,0 +1,59 @@
+"""Caches of derived data are keyed by the code that made them: an edited featuriser, reader or converter never
+reuses a stale entry."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import datasets
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from musique_models import PROJECT_ROOT
+from musique_models.data import source as source_module
+from musique_models.data.source import DatasetSource
+from musique_models.features.selector import featurize_selector
+from musique_models.io import code_fingerprint
+from musique_models.models.backbone import load_tokenizer
+from musique_models.training import datamodule
+from tests.conftest import SAMPLES
+
+
+def test_code_fingerprint_follows_the_source(tmp_path: Path, monkeypatch) -> None:
+    package = tmp_path / "fp_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "featuriser.py").write_text("def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    before = {name: code_fingerprint(name) for name in ("fp_pkg", "fp_pkg.featuriser")}
+    assert before == {name: code_fingerprint(name) for name in before}  # stable
+    (package / "featuriser.py").write_text("def f():\n    return 2\n")
+    after = {name: code_fingerprint(name) for name in ("fp_pkg", "fp_pkg.featuriser")}
+    assert all(before[name] != after[name] for name in before)  # the package changes with any of its modules
+    sys.modules.pop("fp_pkg", None)
+
+
+def test_features_are_recomputed_when_the_featuriser_code_changes(tmp_path: Path, monkeypatch) -> None:
+    tokenizer = load_tokenizer(instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/minilm.yaml")))
+    table = datasets.Dataset.from_list([{"question": "q?", "paragraphs": [
+        {"idx": 0, "title": "t", "text": "some text", "is_supporting": True}]}])
+    settings = {"max_length": 64, "include_title": False}
+    first = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
+    again = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
+    assert again.cache_files == first.cache_files  # same code, same settings: reused
+    real = datamodule.code_fingerprint
+    monkeypatch.setattr(datamodule, "code_fingerprint", lambda *modules: "edited" + real(*modules))
+    edited = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
+    assert edited.cache_files != first.cache_files and len(list(tmp_path.glob("pairs-*.arrow"))) == 2
+
+
+def test_parsed_splits_are_reparsed_when_the_reader_code_changes(tmp_path: Path, monkeypatch) -> None:
+    source = DatasetSource(name="t", display_name="t", format="musique", data_dir="/", cache_dir=str(tmp_path),
+                           files={"dev": str(SAMPLES / "musique_ans" / "dev.jsonl")})
+    path = source.path("dev")
+    before = source._cache_path(path)
+    monkeypatch.setattr(source_module, "code_fingerprint", lambda *modules: "edited")
+    assert source._cache_path(path) != before
