@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -201,15 +202,24 @@ def set_threads(threads: int | None) -> None:
     log.info("torch CPU threads: %d", torch.get_num_threads())
 
 
+# Warnings that say nothing actionable about a run: library deprecations, and Lightning's advice on workers, custom
+# batch samplers (ours covers every row) and logging intervals longer than a tiny epoch. Literal message starts.
+QUIET_WARNINGS = ("`isinstance(treespec, LeafSpec)` is deprecated", "The number of training batches",
+                  "You are using a custom batch sampler", "The '")  # "The 'train_dataloader' does not have many workers"
+
+
 def quiet_libraries() -> None:
-    """Route warnings into the log, and keep libraries' advertising and notices out of the console."""
+    """Route warnings into the log, keep known noise out (here and in DDP worker processes, through
+    PYTHONWARNINGS), and keep libraries' advertising and notices out of the console."""
     logging.captureWarnings(True)
     for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero",
                  "lightning_fabric.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    for message in (".*does not have many workers.*", ".*is deprecated.*", ".*LeafSpec.*",
-                    ".*The number of training batches.*", ".*custom batch sampler.*", ".*torch.tensor results are registered as constants.*"):
-        warnings.filterwarnings("ignore", message=message)
+    for message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=re.escape(message))
+    inherited = [os.environ["PYTHONWARNINGS"]] if os.environ.get("PYTHONWARNINGS") else []
+    os.environ["PYTHONWARNINGS"] = ",".join(inherited + [f"ignore:{message}" for message in QUIET_WARNINGS
+                                                         if "," not in message and ":" not in message])
     import transformers
 
     transformers.logging.set_verbosity_error()

@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerFast
 
 from musique_models.features.context import (
     PARAGRAPH_MARKER,
+    FeaturizationError,
     answer_type,
     build_context,
     locate_answer,
@@ -78,7 +79,15 @@ def encode_windows(tokenizer: PreTrainedTokenizerFast, questions: list[str], con
     # the HF wrapper resets these on its next call when it needs other settings
     backend.enable_truncation(max_length, stride=stride, strategy="only_second")
     backend.no_padding()
-    encodings = backend.encode_batch(list(zip(questions, contexts)), add_special_tokens=True)
+    try:
+        encodings = backend.encode_batch(list(zip(questions, contexts)), add_special_tokens=True)
+    except Exception as error:  # the Rust tokenizer raises a plain Exception
+        if "truncat" not in str(error).lower():
+            raise
+        longest = max(len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"])
+        raise FeaturizationError(f"a question of {longest} tokens leaves no room for context in windows of "
+                                 f"max_length={max_length} with stride={stride}; raise the reader's max_length or "
+                                 "lower its stride") from None
     windows, example = [], []
     for index, encoding in enumerate(encodings):
         windows.append(encoding)

@@ -6,12 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.metrics import normalize_answer
 
 # Marks the start of each paragraph in a reader's input (added to every tokenizer as a special token).
 PARAGRAPH_MARKER = "[[PP]]"
 # What an answer-type head predicts: a span of the context, or yes / no (HotpotQA and 2Wiki comparisons).
 ANSWER_TYPES = ("span", "yes", "no")
+
+
+class FeaturizationError(MusiqueModelsError, ValueError):
+    """An example a featuriser cannot turn into model inputs; the message says which and what to change."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,10 @@ def build_context(paragraphs: Sequence[dict], include_title: bool) -> tuple[str,
     spans = []
     length = 0
     for paragraph in paragraphs:
+        if PARAGRAPH_MARKER in paragraph["text"] or (include_title and PARAGRAPH_MARKER in paragraph["title"]):
+            raise FeaturizationError(f"paragraph {paragraph['idx']} ({paragraph['title']!r}) contains the paragraph "
+                                     f"marker {PARAGRAPH_MARKER!r}, which readers use to find paragraphs; remove it "
+                                     "from the data")
         marker_start = length
         head = f"{PARAGRAPH_MARKER} " + (f"{paragraph['title']}. " if include_title else "")
         text_start = length + len(head)

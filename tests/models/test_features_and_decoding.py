@@ -6,6 +6,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
 from hydra.utils import instantiate
@@ -14,7 +15,13 @@ from omegaconf import OmegaConf
 from musique_models import PROJECT_ROOT
 from musique_models.data.source import DatasetSource
 from musique_models.features.answerer import featurize_answerer
-from musique_models.features.context import PARAGRAPH_MARKER, ContextBuilder, build_context, ordered_paragraphs
+from musique_models.features.context import (
+    PARAGRAPH_MARKER,
+    ContextBuilder,
+    FeaturizationError,
+    build_context,
+    ordered_paragraphs,
+)
 from musique_models.features.selector import featurize_selector
 from musique_models.models.backbone import load_tokenizer
 from musique_models.models.decoding import best_spans, decode_predictions, window_outputs
@@ -122,3 +129,18 @@ def test_selector_pairs_complete_and_balanced_afresh_each_epoch(tokenizer, tmp_p
     negatives = [{r for r in rows if not pairs["label"][r]} for rows in epochs]
     assert negatives[0] != negatives[1] != negatives[2]  # fresh negatives each epoch
     assert balanced.rows(1) == epochs[1]  # reproducible
+
+
+def test_featurisers_refuse_what_they_cannot_encode_with_a_clear_error(tmp_path) -> None:
+    spec = instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/minilm.yaml"))
+    tokenizer = load_tokenizer(spec)
+    paragraph = {"idx": 0, "title": "t", "text": "Paris is in France.", "is_supporting": True}
+    example = {"question": "Where is Paris?", "answer": "France", "answer_aliases": [], "answerable": True,
+               "paragraphs": [paragraph], "selected_idxs": [0]}
+    settings = {"max_length": 64, "stride": 16, "include_title": False}
+    marked = datasets.Dataset.from_list([{**example, "paragraphs": [{**paragraph, "text": "a [[PP]] b"}]}])
+    with pytest.raises(FeaturizationError, match=r"paragraph 0 .* contains the paragraph marker"):
+        featurize(marked, featurize_answerer, tokenizer, tmp_path, "marked", **settings)
+    long_question = datasets.Dataset.from_list([{**example, "question": "why " * 80}])
+    with pytest.raises(FeaturizationError, match="a question of 80 tokens leaves no room"):
+        featurize(long_question, featurize_answerer, tokenizer, tmp_path, "long", **settings)

@@ -30,7 +30,7 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(tmp_path: Pa
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
 
     killed_dir = tmp_path / "killed"
-    killed = _train(tmp_path, killed_dir, "+callbacks.killer._target_=tests.models.killer.KillAtStep",
+    killed = _train(tmp_path, killed_dir, "+callbacks.killer._target_=tests.cli.killer.KillAtStep",
                     "+callbacks.killer.step=5", "+callbacks.killer.stage=answerer")
     assert killed.returncode == -signal.SIGKILL
     assert not (killed_dir / "metrics.json").exists() and not (killed_dir / "predictions.jsonl").exists()
