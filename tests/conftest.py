@@ -16,6 +16,8 @@ for _name, _value in {
 }.items():
     os.environ.setdefault(_name, _value)
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -42,3 +44,10 @@ def compose_train_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
             )
 
     return _compose
+
+
+def run_python(arguments: Sequence[str], cwd: Path = PROJECT_ROOT, env: dict[str, str] | None = None,
+               timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python ARGUMENTS` in a subprocess (this interpreter, the repository on PYTHONPATH), output captured."""
+    return subprocess.run([sys.executable, *arguments], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          check=False, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})})

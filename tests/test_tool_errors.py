@@ -3,15 +3,12 @@ or Hydra's multi-line report."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from musique_models import PROJECT_ROOT
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, run_python
 
 GOLD = str(SAMPLES / "musique_full/dev_derived.jsonl")
 PREDICTIONS = str(SAMPLES / "musique_full/dev_derived.jsonl")  # never read: each case fails before
@@ -64,16 +61,7 @@ def run_tool(arguments: list[str], tmp_path: Path) -> subprocess.CompletedProces
     arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in arguments]
     if arguments[0] != "-m" or "contrast" not in arguments[1]:  # the Hydra tools
         arguments += [f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs"]
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    return subprocess.run(
-        [sys.executable, *arguments],
-        check=False,
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python(arguments, timeout=120)
 
 
 @pytest.mark.parametrize(("arguments", "key_word"), list(CASES.values()), ids=list(CASES))

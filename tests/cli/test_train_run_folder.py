@@ -4,19 +4,17 @@ folder, record its status and log what the console shows; and one-line errors fo
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from musique_models import PROJECT_ROOT
 from musique_models.cli.train import RunConfigError, train
 from musique_models.errors import MusiqueModelsError
 from musique_models.models.selector import load_selector
+from tests.conftest import run_python
 
 TINY = ["backbone=tiny", "dataset.sample=true", "dataset.train_size=6", "eval_size=4", "model.eval_batch_size=64",
         "model.selector.max_epochs=1", "model.answerer.max_epochs=1", "trainer.enable_progress_bar=false",
@@ -103,5 +101,4 @@ def test_a_hub_backbone_offline_says_it_needs_a_network(tmp_path: Path) -> None:
 
 
 def _train_py(arguments: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "train.py", *arguments], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})}, timeout=600)
+    return run_python(["train.py", *arguments], env=env)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import string
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from musique_models.evaluation.predictions import (
     write_hotpotqa_predictions,
     write_predictions,
 )
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, run_python
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 GOLD_FILES = [
@@ -159,16 +157,7 @@ def test_full_predictions_need_two_rows_per_id(tmp_path: Path) -> None:
 
 
 def _run_evaluate(args: list[str], cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    return subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "evaluate.py"), *args],
-        check=False,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python([str(PROJECT_ROOT / "evaluate.py"), *args], cwd=cwd, timeout=120)
 
 
 def test_evaluate_cli_writes_full_precision_metrics_and_per_question_rows(tmp_path: Path) -> None:
