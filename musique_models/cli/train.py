@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -195,11 +196,35 @@ def show(console: Console, render: Any) -> None:
             handler.emit(record)
 
 
-def set_threads(threads: int | None) -> None:
-    """torch's CPU threads (`trainer.threads`); None keeps torch's default (one per physical core)."""
+def set_threads(threads: int | str | None) -> None:
+    """torch's CPU threads (`trainer.threads`): a number; `auto`, the cores other processes leave free right now
+    (at least 1; measured over 0.2 s from /proc/stat); or null, torch's default (one per core)."""
+    if threads == "auto":
+        threads = free_cores()
     if threads is not None:
         torch.set_num_threads(int(threads))
     log.info("torch CPU threads: %d", torch.get_num_threads())
+
+
+def free_cores(interval: float = 0.2) -> int | None:
+    """Cores not kept busy by other processes: cores - busy cores over `interval` s while this process waits
+    (Linux's /proc/stat; None elsewhere). At least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+    def busy_and_total() -> tuple[int, int]:
+        values = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        return sum(values) - idle, sum(values)
+
+    try:
+        busy_before, total_before = busy_and_total()
+        time.sleep(interval)
+        busy_after, total_after = busy_and_total()
+    except (OSError, ValueError, IndexError):
+        return None
+    machine_cores = os.cpu_count() or cores
+    busy_cores = (busy_after - busy_before) / max(total_after - total_before, 1) * machine_cores
+    return max(1, min(cores, round(cores - busy_cores)))
 
 
 # Warnings that say nothing actionable about a run: library deprecations, and Lightning's advice on workers, custom

@@ -4,14 +4,17 @@ folder, record its status and log what the console shows; and one-line errors fo
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from musique_models.cli.train import RunConfigError, train
+from musique_models.cli.train import RunConfigError, free_cores, train
 from musique_models.errors import MusiqueModelsError
 from musique_models.models.selector import load_selector
 from tests.conftest import run_python
@@ -102,3 +105,24 @@ def test_a_hub_backbone_offline_says_it_needs_a_network(tmp_path: Path) -> None:
 
 def _train_py(arguments: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return run_python(["train.py", *arguments], env=env)
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
+def test_auto_threads_leave_out_the_cores_other_processes_keep_busy() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert free_cores(0.5) > 1  # nothing else runs during the tests
+    spinners = [multiprocessing.Process(target=_spin, args=(3.0,)) for _ in range(cores)]
+    for spinner in spinners:
+        spinner.start()
+    time.sleep(0.5)
+    try:
+        assert free_cores(0.5) == 1
+    finally:
+        for spinner in spinners:
+            spinner.join()
