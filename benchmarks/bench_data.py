@@ -22,7 +22,35 @@ from rich.table import Table
 from musique_models.data.jsonio import iter_json_records
 from musique_models.data.source import DatasetSource
 
-WORDS = ["river", "city", "film", "born", "director", "album", "county", "team", "song", "river", "war", "king", "company", "station", "school", "province", "village", "united", "state", "american", "british", "french", "german", "actor", "band", "released", "founded"]
+WORDS = [
+    "river",
+    "city",
+    "film",
+    "born",
+    "director",
+    "album",
+    "county",
+    "team",
+    "song",
+    "river",
+    "war",
+    "king",
+    "company",
+    "station",
+    "school",
+    "province",
+    "village",
+    "united",
+    "state",
+    "american",
+    "british",
+    "french",
+    "german",
+    "actor",
+    "band",
+    "released",
+    "founded",
+]
 
 
 def _sentence(rng: random.Random, words: int) -> str:
@@ -37,20 +65,40 @@ def musique_record(rng: random.Random, number: int, answerable: bool = True) -> 
     hops = (2, 2, 3, 4)[number % 4]
     support = rng.sample(range(20), hops)
     return {
-        "id": f"{hops}hop__{number}", "question": _sentence(rng, 12), "answer": "answer", "answer_aliases": ["alias"],
+        "id": f"{hops}hop__{number}",
+        "question": _sentence(rng, 12),
+        "answer": "answer",
+        "answer_aliases": ["alias"],
         "answerable": answerable,
-        "paragraphs": [{"idx": i, "title": f"Title {number} {i}", "paragraph_text": _paragraph_text(rng),
-                        "is_supporting": answerable and i in support} for i in range(20)],
-        "question_decomposition": [{"id": k, "question": f"#{k} >> relation" if k else "sub question",
-                                    "answer": f"a{k}", "paragraph_support_idx": support[k] if answerable else None}
-                                   for k in range(hops)],
+        "paragraphs": [
+            {
+                "idx": i,
+                "title": f"Title {number} {i}",
+                "paragraph_text": _paragraph_text(rng),
+                "is_supporting": answerable and i in support,
+            }
+            for i in range(20)
+        ],
+        "question_decomposition": [
+            {
+                "id": k,
+                "question": f"#{k} >> relation" if k else "sub question",
+                "answer": f"a{k}",
+                "paragraph_support_idx": support[k] if answerable else None,
+            }
+            for k in range(hops)
+        ],
     }
 
 
 def context_record(rng: random.Random, number: int, with_evidences: bool) -> dict:
     titles = [f"Title {number} {i}" for i in range(10)]
     record = {
-        "_id": f"{number:024x}", "question": _sentence(rng, 12), "answer": "answer", "type": "bridge", "level": "hard",
+        "_id": f"{number:024x}",
+        "question": _sentence(rng, 12),
+        "answer": "answer",
+        "type": "bridge",
+        "level": "hard",
         "context": [[title, [" " + _sentence(rng, 14) for _ in range(4)]] for title in titles],
         "supporting_facts": [[titles[1], 0], [titles[4], 1]],
     }
@@ -98,29 +146,56 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for kind, data_format in formats.items():
             path = write_synthetic(kind, args.questions, Path(folder))
-            source = DatasetSource(name=kind, display_name=kind, format=data_format, files={"train": str(path)},
-                                   data_dir="/", cache_dir=f"{folder}/cache", paired=kind == "musique_full")
+            source = DatasetSource(
+                name=kind,
+                display_name=kind,
+                format=data_format,
+                files={"train": str(path)},
+                data_dir="/",
+                cache_dir=f"{folder}/cache",
+                paired=kind == "musique_full",
+            )
             json_seconds = _timed(lambda path=path: _plain_json(path))
             records_seconds = _timed(lambda path=path: sum(1 for _ in iter_json_records(path)))
             first_seconds = _timed(lambda source=source: source.load("train"))
             cached_seconds = _timed(lambda source=source: source.load("train"))
-            rows.append({
-                "format": kind, "questions": args.questions, "file_mb": path.stat().st_size / 1e6,
-                "json_only_s": json_seconds, "record_iterator_s": records_seconds,
-                "parse_and_cache_s": first_seconds, "cached_reload_s": cached_seconds,
-                "parse_and_cache_questions_per_s": args.questions / first_seconds,
-                "cached_reload_questions_per_s": args.questions / cached_seconds,
-                "parse_and_cache_vs_json_only": first_seconds / json_seconds,
-            })
+            rows.append(
+                {
+                    "format": kind,
+                    "questions": args.questions,
+                    "file_mb": path.stat().st_size / 1e6,
+                    "json_only_s": json_seconds,
+                    "record_iterator_s": records_seconds,
+                    "parse_and_cache_s": first_seconds,
+                    "cached_reload_s": cached_seconds,
+                    "parse_and_cache_questions_per_s": args.questions / first_seconds,
+                    "cached_reload_questions_per_s": args.questions / cached_seconds,
+                    "parse_and_cache_vs_json_only": first_seconds / json_seconds,
+                }
+            )
     table = Table(title=f"Data layer, {args.questions:,} synthetic questions per format (1 process)")
-    for column in ["format", "file MB", "json only s", "parse+cache s", "parse+cache q/s", "x json only",
-                   "cached reload s", "cached reload q/s"]:
+    for column in [
+        "format",
+        "file MB",
+        "json only s",
+        "parse+cache s",
+        "parse+cache q/s",
+        "x json only",
+        "cached reload s",
+        "cached reload q/s",
+    ]:
         table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(row["format"], f"{row['file_mb']:.0f}", f"{row['json_only_s']:.2f}",
-                      f"{row['parse_and_cache_s']:.2f}", f"{row['parse_and_cache_questions_per_s']:,.0f}",
-                      f"{row['parse_and_cache_vs_json_only']:.1f}x", f"{row['cached_reload_s']:.3f}",
-                      f"{row['cached_reload_questions_per_s']:,.0f}")
+        table.add_row(
+            row["format"],
+            f"{row['file_mb']:.0f}",
+            f"{row['json_only_s']:.2f}",
+            f"{row['parse_and_cache_s']:.2f}",
+            f"{row['parse_and_cache_questions_per_s']:,.0f}",
+            f"{row['parse_and_cache_vs_json_only']:.1f}x",
+            f"{row['cached_reload_s']:.3f}",
+            f"{row['cached_reload_questions_per_s']:,.0f}",
+        )
     Console(width=160).print(table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -20,7 +20,34 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-WORDS = ["river", "city", "film", "born", "director", "album", "county", "team", "song", "war", "king", "company", "station", "school", "province", "village", "united", "state", "american", "british", "french", "german", "actor", "band", "released", "founded"]
+WORDS = [
+    "river",
+    "city",
+    "film",
+    "born",
+    "director",
+    "album",
+    "county",
+    "team",
+    "song",
+    "war",
+    "king",
+    "company",
+    "station",
+    "school",
+    "province",
+    "village",
+    "united",
+    "state",
+    "american",
+    "british",
+    "french",
+    "german",
+    "actor",
+    "band",
+    "released",
+    "founded",
+]
 
 PARSE_ONLY = """
 import json, resource, sys, time
@@ -68,19 +95,31 @@ def write_files(instances: int, folder: Path) -> tuple[Path, Path]:
                     "paragraphs": [_paragraph(rng, number, idx, idx in kept) for idx in range(20)],
                     "question": "What is the " + " ".join(rng.choice(WORDS) for _ in range(12)) + "?",
                     "question_decomposition": [
-                        {"id": k, "question": f"#{k} >> relation", "answer": f"answer {k}",
-                         "paragraph_support_idx": support[k] if answerable or k < hops - 1 else None}
-                        for k in range(hops)],
+                        {
+                            "id": k,
+                            "question": f"#{k} >> relation",
+                            "answer": f"answer {k}",
+                            "paragraph_support_idx": support[k] if answerable or k < hops - 1 else None,
+                        }
+                        for k in range(hops)
+                    ],
                     "answer": f"answer {number}",
                     "answer_aliases": [f"alias {number}"],
                     "answerable": answerable,
                 }
                 gold.write(json.dumps(record) + "\n")
                 predicted_answer = rng.choice([f"answer {number}", f"the answer {number} x", "wrong"])
-                predictions.write(json.dumps({
-                    "id": question_id, "predicted_answer": predicted_answer,
-                    "predicted_support_idxs": sorted(rng.sample(range(20), 2)),
-                    "predicted_answerable": rng.random() < 0.7}) + "\n")
+                predictions.write(
+                    json.dumps(
+                        {
+                            "id": question_id,
+                            "predicted_answer": predicted_answer,
+                            "predicted_support_idxs": sorted(rng.sample(range(20), 2)),
+                            "predicted_answerable": rng.random() < 0.7,
+                        }
+                    )
+                    + "\n"
+                )
     return predictions_path, gold_path
 
 
@@ -108,13 +147,22 @@ def main() -> None:
     for column in ["", "wall s", "peak MB"]:
         table.add_column(column, justify="right")
     table.add_row("parse both files with json (only)", f"{parse_only['seconds']:.2f}", f"{parse_only['peak_mb']:,.0f}")
-    table.add_row("musique_models evaluator (score + write)", f"{evaluator['seconds']:.2f}", f"{evaluator['peak_mb']:,.0f}")
-    table.add_row("ratio evaluator / parse-only", f"{evaluator['seconds'] / parse_only['seconds']:.2f}x",
-                  f"{evaluator['peak_mb'] / parse_only['peak_mb']:.2f}x")
+    table.add_row(
+        "musique_models evaluator (score + write)", f"{evaluator['seconds']:.2f}", f"{evaluator['peak_mb']:,.0f}"
+    )
+    table.add_row(
+        "ratio evaluator / parse-only",
+        f"{evaluator['seconds'] / parse_only['seconds']:.2f}x",
+        f"{evaluator['peak_mb'] / parse_only['peak_mb']:.2f}x",
+    )
     Console(width=120).print(table)
-    results = {"gold_gb": gold_gb, "parse_only": parse_only, "evaluator": evaluator,
-               "time_ratio": evaluator["seconds"] / parse_only["seconds"],
-               "memory_ratio": evaluator["peak_mb"] / parse_only["peak_mb"]}
+    results = {
+        "gold_gb": gold_gb,
+        "parse_only": parse_only,
+        "evaluator": evaluator,
+        "time_ratio": evaluator["seconds"] / parse_only["seconds"],
+        "memory_ratio": evaluator["peak_mb"] / parse_only["peak_mb"],
+    }
     print(json.dumps(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

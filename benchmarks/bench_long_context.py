@@ -60,14 +60,18 @@ def full_attention_model(source: str, max_positions: int, attn_implementation: s
     from musique_models.models.long_context import extend_positions
 
     source_model = BertModel.from_pretrained(source, add_pooling_layer=False)
-    config = BertConfig.from_pretrained(source, max_position_embeddings=max_positions,
-                                        attn_implementation=attn_implementation)
+    config = BertConfig.from_pretrained(
+        source, max_position_embeddings=max_positions, attn_implementation=attn_implementation
+    )
     model = BertModel(config, add_pooling_layer=False)
-    state = {name: tensor for name, tensor in source_model.state_dict().items()
-             if not name.endswith(("position_ids", "token_type_ids"))}
+    state = {
+        name: tensor
+        for name, tensor in source_model.state_dict().items()
+        if not name.endswith(("position_ids", "token_type_ids"))
+    }
     key = "embeddings.position_embeddings.weight"
     pad = config.pad_token_id or 0
-    state[key] = extend_positions(state[key], 0, max_positions, pad)[pad + 1:]
+    state[key] = extend_positions(state[key], 0, max_positions, pad)[pad + 1 :]
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not name.endswith(("position_ids", "token_type_ids")) for name in missing):
         raise RuntimeError(f"full-attention model: missing {missing}, unexpected {unexpected}")
@@ -102,7 +106,7 @@ def check_same_function(longformer_dir: str, full_dir: str, attn_implementation:
     checking that their position tables hold the same vectors."""
     longformer = _load("longformer", longformer_dir, attn_implementation).eval()
     full = _load("full", full_dir, attn_implementation).eval()
-    lf_table = longformer.embeddings.position_embeddings.weight[1:1 + MAX_POSITIONS]
+    lf_table = longformer.embeddings.position_embeddings.weight[1 : 1 + MAX_POSITIONS]
     if not torch.equal(lf_table, full.embeddings.position_embeddings.weight):
         raise RuntimeError("position tables differ between the Longformer and the full-attention model")
     batch = _inputs(length, full.config.vocab_size)
@@ -115,8 +119,16 @@ def _rss_kb() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def worker(phase: str, kind: str, length: int, repeats: int, case_budget_s: float, folder: str,
-           attn_implementation: str, threads: int) -> dict:
+def worker(
+    phase: str,
+    kind: str,
+    length: int,
+    repeats: int,
+    case_budget_s: float,
+    folder: str,
+    attn_implementation: str,
+    threads: int,
+) -> dict:
     """One (model, length) case in a process of its own. phase "memory": one training step, whose peak resident
     memory above what the process held after loading the model and the inputs is the result (glibc defaults, so
     freed memory goes back to the kernel and the mark is the true peak). phase "time": one warm-up step, then
@@ -141,27 +153,53 @@ def worker(phase: str, kind: str, length: int, repeats: int, case_budget_s: floa
         first_step_s = step()
         max_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # the step's peak must exceed the loading peak for the figure to be exact (else it is a lower bound)
-        return {"peak_mb": (max_after - rss_before) / 1024, "peak_exact": max_after > max_before,
-                "loaded_rss_mb": rss_before / 1024, "memory_run_step_s": first_step_s}
+        return {
+            "peak_mb": (max_after - rss_before) / 1024,
+            "peak_exact": max_after > max_before,
+            "loaded_rss_mb": rss_before / 1024,
+            "memory_run_step_s": first_step_s,
+        }
     warmup_s = step()
     times: list[float] = []
     usage_before = resource.getrusage(resource.RUSAGE_SELF)
     while len(times) < repeats and (not times or sum(times) < case_budget_s):
         times.append(step())
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {"warmup_s": warmup_s, "step_times_s": times, "step_s": statistics.median(times),
-            "user_cpu_s_per_step": (usage.ru_utime - usage_before.ru_utime) / len(times),
-            "system_cpu_s_per_step": (usage.ru_stime - usage_before.ru_stime) / len(times),
-            "page_faults_per_step": (usage.ru_minflt - usage_before.ru_minflt) / len(times)}
+    return {
+        "warmup_s": warmup_s,
+        "step_times_s": times,
+        "step_s": statistics.median(times),
+        "user_cpu_s_per_step": (usage.ru_utime - usage_before.ru_utime) / len(times),
+        "system_cpu_s_per_step": (usage.ru_stime - usage_before.ru_stime) / len(times),
+        "page_faults_per_step": (usage.ru_minflt - usage_before.ru_minflt) / len(times),
+    }
 
 
 def _run_case(kind: str, length: int, args: argparse.Namespace, folder: str) -> dict:
-    case = {"model": kind, "tokens": length,
-            "attention": f"sliding window {args.window}" if kind == "longformer" else f"full ({args.full_attention})"}
+    case = {
+        "model": kind,
+        "tokens": length,
+        "attention": f"sliding window {args.window}" if kind == "longformer" else f"full ({args.full_attention})",
+    }
     for phase in ("memory", "time"):
-        command = [sys.executable, __file__, "--_worker", phase, kind, str(length), "--repeats", str(args.repeats),
-                   "--case-budget-s", str(args.case_budget_s), "--full-attention", args.full_attention,
-                   "--threads", str(args.threads), "--_folder", folder]
+        command = [
+            sys.executable,
+            __file__,
+            "--_worker",
+            phase,
+            kind,
+            str(length),
+            "--repeats",
+            str(args.repeats),
+            "--case-budget-s",
+            str(args.case_budget_s),
+            "--full-attention",
+            args.full_attention,
+            "--threads",
+            str(args.threads),
+            "--_folder",
+            folder,
+        ]
         env = {name: value for name, value in os.environ.items() if name not in KEEP_FREED_MEMORY}
         if phase == "time" and args.allocator == "keep":
             env.update(KEEP_FREED_MEMORY)
@@ -185,25 +223,54 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--repeats", type=int, default=3, help="timed steps after the warm-up (at most)")
-    parser.add_argument("--case-budget-s", type=float, default=40.0,
-                        help="stop repeating a case once its timed steps took this long (at least one step)")
-    parser.add_argument("--full-attention", choices=["sdpa", "eager"], default="sdpa",
-                        help="BERT attention kernel (sdpa is what transformers uses by default)")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="torch threads per case (use 1 on a machine other jobs share: idle-waiting OpenMP "
-                             "threads slow every op down when a core is taken)")
-    parser.add_argument("--allocator", choices=["keep", "system"], default="keep",
-                        help="keep: glibc reuses freed memory (see KEEP_FREED_MEMORY); system: glibc defaults")
-    parser.add_argument("--window", type=int, default=None,
-                        help="attention window (default: that of conf/backbone/minilm_long.yaml)")
+    parser.add_argument(
+        "--case-budget-s",
+        type=float,
+        default=40.0,
+        help="stop repeating a case once its timed steps took this long (at least one step)",
+    )
+    parser.add_argument(
+        "--full-attention",
+        choices=["sdpa", "eager"],
+        default="sdpa",
+        help="BERT attention kernel (sdpa is what transformers uses by default)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch threads per case (use 1 on a machine other jobs share: idle-waiting OpenMP "
+        "threads slow every op down when a core is taken)",
+    )
+    parser.add_argument(
+        "--allocator",
+        choices=["keep", "system"],
+        default="keep",
+        help="keep: glibc reuses freed memory (see KEEP_FREED_MEMORY); system: glibc defaults",
+    )
+    parser.add_argument(
+        "--window", type=int, default=None, help="attention window (default: that of conf/backbone/minilm_long.yaml)"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--_worker", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--_folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._worker:
         phase, kind, length = args._worker
-        print(json.dumps(worker(phase, kind, int(length), args.repeats, args.case_budget_s, args._folder,
-                                args.full_attention, args.threads)))
+        print(
+            json.dumps(
+                worker(
+                    phase,
+                    kind,
+                    int(length),
+                    args.repeats,
+                    args.case_budget_s,
+                    args._folder,
+                    args.full_attention,
+                    args.threads,
+                )
+            )
+        )
         return
     if max(args.lengths) > MAX_POSITIONS:
         parser.error(f"lengths must be at most {MAX_POSITIONS}")
@@ -236,49 +303,91 @@ def main() -> None:
                 cases[kind, length] = _run_case(kind, length, args, folders[kind])
     wall = time.perf_counter() - started
 
-    table = Table(title=f"MiniLM at long inputs: Longformer (window {args.window}) vs full attention "
-                        f"({args.full_attention}); CPU, {args.threads} thread(s), batch 1, forward + backward")
-    for column in ["tokens", "longformer step s", "full-attention step s", "time full/LF", "longformer peak MB",
-                   "full peak MB", "memory full/LF"]:
+    table = Table(
+        title=f"MiniLM at long inputs: Longformer (window {args.window}) vs full attention "
+        f"({args.full_attention}); CPU, {args.threads} thread(s), batch 1, forward + backward"
+    )
+    for column in [
+        "tokens",
+        "longformer step s",
+        "full-attention step s",
+        "time full/LF",
+        "longformer peak MB",
+        "full peak MB",
+        "memory full/LF",
+    ]:
         table.add_column(column, justify="right")
     rows = []
     for length in args.lengths:
         lf, full = cases["longformer", length], cases["full", length]
-        row = {"tokens": length, "longformer_step_s": lf.get("step_s"), "full_step_s": full.get("step_s"),
-               "longformer_peak_mb": lf.get("peak_mb"), "full_peak_mb": full.get("peak_mb")}
+        row = {
+            "tokens": length,
+            "longformer_step_s": lf.get("step_s"),
+            "full_step_s": full.get("step_s"),
+            "longformer_peak_mb": lf.get("peak_mb"),
+            "full_peak_mb": full.get("peak_mb"),
+        }
         row["time_ratio_full_over_longformer"] = _ratio(row["full_step_s"], row["longformer_step_s"])
         row["memory_ratio_full_over_longformer"] = _ratio(row["full_peak_mb"], row["longformer_peak_mb"])
         rows.append(row)
-        table.add_row(f"{length:,}", _fmt(row["longformer_step_s"], ".2f"), _fmt(row["full_step_s"], ".2f"),
-                      _fmt(row["time_ratio_full_over_longformer"], ".2f", "x"),
-                      _fmt(row["longformer_peak_mb"], ",.0f"), _fmt(row["full_peak_mb"], ",.0f"),
-                      _fmt(row["memory_ratio_full_over_longformer"], ".2f", "x"))
+        table.add_row(
+            f"{length:,}",
+            _fmt(row["longformer_step_s"], ".2f"),
+            _fmt(row["full_step_s"], ".2f"),
+            _fmt(row["time_ratio_full_over_longformer"], ".2f", "x"),
+            _fmt(row["longformer_peak_mb"], ",.0f"),
+            _fmt(row["full_peak_mb"], ",.0f"),
+            _fmt(row["memory_ratio_full_over_longformer"], ".2f", "x"),
+        )
     growth = {}
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         label = f"{last['tokens'] / first['tokens']:g}x tokens"
-        growth = {"tokens_factor": last["tokens"] / first["tokens"],
-                  "longformer_time": _ratio(last["longformer_step_s"], first["longformer_step_s"]),
-                  "full_time": _ratio(last["full_step_s"], first["full_step_s"]),
-                  "longformer_memory": _ratio(last["longformer_peak_mb"], first["longformer_peak_mb"]),
-                  "full_memory": _ratio(last["full_peak_mb"], first["full_peak_mb"])}
+        growth = {
+            "tokens_factor": last["tokens"] / first["tokens"],
+            "longformer_time": _ratio(last["longformer_step_s"], first["longformer_step_s"]),
+            "full_time": _ratio(last["full_step_s"], first["full_step_s"]),
+            "longformer_memory": _ratio(last["longformer_peak_mb"], first["longformer_peak_mb"]),
+            "full_memory": _ratio(last["full_peak_mb"], first["full_peak_mb"]),
+        }
         table.add_section()
-        table.add_row(f"growth {first['tokens']:,}->{last['tokens']:,} ({label})",
-                      _fmt(growth["longformer_time"], ".1f", "x"), _fmt(growth["full_time"], ".1f", "x"), "",
-                      _fmt(growth["longformer_memory"], ".1f", "x"), _fmt(growth["full_memory"], ".1f", "x"), "")
+        table.add_row(
+            f"growth {first['tokens']:,}->{last['tokens']:,} ({label})",
+            _fmt(growth["longformer_time"], ".1f", "x"),
+            _fmt(growth["full_time"], ".1f", "x"),
+            "",
+            _fmt(growth["longformer_memory"], ".1f", "x"),
+            _fmt(growth["full_memory"], ".1f", "x"),
+            "",
+        )
     Console(width=160).print(table)
     errors = [case for case in cases.values() if "error" in case]
     inexact = [f"{case['model']}@{case['tokens']}" for case in cases.values() if case.get("peak_exact") is False]
-    print(f"same hidden states on a {check_tokens}-token input: max |diff| = {same:.2e}; wall {wall:.0f} s"
-          + (f"; peak is a lower bound for {', '.join(inexact)}" if inexact else ""))
-    print(f"threads {args.threads}, allocator {args.allocator}; CPU s per timed step (user/system): "
-          + ", ".join(f"{case['model']}@{case['tokens']} {case['user_cpu_s_per_step']:.2f}/"
-                      f"{case['system_cpu_s_per_step']:.2f}" for case in cases.values() if "error" not in case))
+    print(
+        f"same hidden states on a {check_tokens}-token input: max |diff| = {same:.2e}; wall {wall:.0f} s"
+        + (f"; peak is a lower bound for {', '.join(inexact)}" if inexact else "")
+    )
+    print(
+        f"threads {args.threads}, allocator {args.allocator}; CPU s per timed step (user/system): "
+        + ", ".join(
+            f"{case['model']}@{case['tokens']} {case['user_cpu_s_per_step']:.2f}/{case['system_cpu_s_per_step']:.2f}"
+            for case in cases.values()
+            if "error" not in case
+        )
+    )
     for case in errors:
         print(f"FAILED {case['model']} at {case['tokens']} tokens: {case['error']}")
-    results = {"rows": rows, "growth": growth, "cases": [cases[key] for key in cases], "max_abs_diff_short": same,
-               "window": args.window, "full_attention": args.full_attention, "threads": args.threads, "allocator": args.allocator,
-               "wall_s": wall}
+    results = {
+        "rows": rows,
+        "growth": growth,
+        "cases": [cases[key] for key in cases],
+        "max_abs_diff_short": same,
+        "window": args.window,
+        "full_attention": args.full_attention,
+        "threads": args.threads,
+        "allocator": args.allocator,
+        "wall_s": wall,
+    }
     print(json.dumps(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -21,8 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = {"tiny": {"backbone": "tiny", "batch": 8, "tokens": 256}, "minilm": {"backbone": "minilm", "batch": 4,
-                                                                            "tokens": 512}}
+CASES = {
+    "tiny": {"backbone": "tiny", "batch": 8, "tokens": 256},
+    "minilm": {"backbone": "minilm", "batch": 4, "tokens": 512},
+}
 
 
 def _step_times(backbone: str, batch: int, tokens: int, threads: int, steps: int) -> list[float]:
@@ -61,8 +63,13 @@ def _measure(case: str, threads: int, steps: int, busy: bool) -> float:
     if spinner:
         spinner.start()
     try:
-        out = subprocess.run([sys.executable, __file__, "--child", case, str(threads), str(steps)], check=True,
-                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", case, str(threads), str(steps)],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        ).stdout
     finally:
         stop.set()
         if spinner:
@@ -86,8 +93,11 @@ def main() -> None:
         for busy in (False, True):
             one = _measure(case, 1, args.steps, busy)
             two = _measure(case, 2, args.steps, busy)
-            print(f"| {case} ({shape['batch']} x {shape['tokens']}) | {'busy' if busy else 'idle'} | {one:.3f} | "
-                  f"{two:.3f} | {two / one:.2f}x |", flush=True)
+            print(
+                f"| {case} ({shape['batch']} x {shape['tokens']}) | {'busy' if busy else 'idle'} | {one:.3f} | "
+                f"{two:.3f} | {two / one:.2f}x |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

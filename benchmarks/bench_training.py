@@ -41,9 +41,16 @@ MAX_LENGTH, STRIDE = 512, 128
 
 
 def _table(questions: int, cache: str):
-    source = DatasetSource(name="musique_ans", display_name="MuSiQue-Ans", format="musique", files={}, data_dir="/",
-                           sample=True, cache_dir=cache,
-                           sample_files={"dev": str(PROJECT_ROOT / "data/samples/musique_ans/dev.jsonl")})
+    source = DatasetSource(
+        name="musique_ans",
+        display_name="MuSiQue-Ans",
+        format="musique",
+        files={},
+        data_dir="/",
+        sample=True,
+        cache_dir=cache,
+        sample_files={"dev": str(PROJECT_ROOT / "data/samples/musique_ans/dev.jsonl")},
+    )
     table = source.load("dev")
     table = table.select([i % len(table) for i in range(questions)])
     return table.add_column("selected_idxs", [[p["idx"] for p in ps][:7] for ps in table["paragraphs"]])
@@ -51,23 +58,46 @@ def _table(questions: int, cache: str):
 
 def bench_featurisation(tokenizer, table, folder: str) -> dict:
     questions = table["question"]
-    contexts = [build_context(ordered_paragraphs(ps, sel), False)[0]
-                for ps, sel in zip(table["paragraphs"], table["selected_idxs"])]
+    contexts = [
+        build_context(ordered_paragraphs(ps, sel), False)[0]
+        for ps, sel in zip(table["paragraphs"], table["selected_idxs"])
+    ]
     raw, ours = [], []
     for attempt in range(3):
         start = time.perf_counter()
         for begin in range(0, len(questions), 256):
-            tokenizer(questions[begin:begin + 256], contexts[begin:begin + 256], truncation="only_second",
-                      max_length=MAX_LENGTH, stride=STRIDE, return_overflowing_tokens=True, return_offsets_mapping=True)
+            tokenizer(
+                questions[begin : begin + 256],
+                contexts[begin : begin + 256],
+                truncation="only_second",
+                max_length=MAX_LENGTH,
+                stride=STRIDE,
+                return_overflowing_tokens=True,
+                return_offsets_mapping=True,
+            )
         raw.append(time.perf_counter() - start)
         start = time.perf_counter()
-        windows = featurize(table, featurize_answerer, tokenizer, f"{folder}/features{attempt}", "bench",
-                            max_length=MAX_LENGTH, stride=STRIDE, include_title=False)
+        windows = featurize(
+            table,
+            featurize_answerer,
+            tokenizer,
+            f"{folder}/features{attempt}",
+            "bench",
+            max_length=MAX_LENGTH,
+            stride=STRIDE,
+            include_title=False,
+        )
         ours.append(time.perf_counter() - start)
     raw_s, ours_s = statistics.median(raw), statistics.median(ours)
-    return {"questions": len(questions), "windows": len(windows), "raw_tokenizer_s": raw_s, "featurize_s": ours_s,
-            "raw_questions_per_s": len(questions) / raw_s, "featurize_questions_per_s": len(questions) / ours_s,
-            "throughput_ratio": raw_s / ours_s}
+    return {
+        "questions": len(questions),
+        "windows": len(windows),
+        "raw_tokenizer_s": raw_s,
+        "featurize_s": ours_s,
+        "raw_questions_per_s": len(questions) / raw_s,
+        "featurize_questions_per_s": len(questions) / ours_s,
+        "throughput_ratio": raw_s / ours_s,
+    }
 
 
 class _SameBatch(IterableDataset):
@@ -91,8 +121,16 @@ class _StepTimer(pl.Callback):
 
 
 def bench_training_step(tokenizer, table, backbone, steps: int, folder: str) -> dict:
-    windows = featurize(table.select(range(8)), featurize_answerer, tokenizer, f"{folder}/step", "step",
-                        max_length=MAX_LENGTH, stride=STRIDE, include_title=False)
+    windows = featurize(
+        table.select(range(8)),
+        featurize_answerer,
+        tokenizer,
+        f"{folder}/step",
+        "step",
+        max_length=MAX_LENGTH,
+        stride=STRIDE,
+        include_title=False,
+    )
     batch = PaddingCollator(tokenizer.pad_token_id)([windows[i] for i in range(4)])
     torch.manual_seed(0)
     reference = MultiParagraphAnswerer(backbone, len(tokenizer))
@@ -117,18 +155,35 @@ def bench_training_step(tokenizer, table, backbone, steps: int, folder: str) -> 
     # Lightning: same model copy, same batch every step
     module = copy.deepcopy(reference)
     timer = _StepTimer()
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps + warmup, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         gradient_clip_val=1.0, callbacks=[timer], num_sanity_val_steps=0, limit_val_batches=0)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps + warmup,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        gradient_clip_val=1.0,
+        callbacks=[timer],
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     loader = DataLoader(_SameBatch(batch, steps + warmup), batch_size=None)
     start = time.perf_counter()
     trainer.fit(module, train_dataloaders=loader)
     lightning_wall = time.perf_counter() - start
     lightning = timer.times[warmup:]
     bare_s, lightning_s = statistics.median(bare), statistics.median(lightning)
-    return {"steps": steps, "batch_windows": len(batch["input_ids"]), "tokens_per_window": batch["input_ids"].shape[1],
-            "bare_step_s": bare_s, "lightning_step_s": lightning_s, "lightning_overhead": lightning_s / bare_s - 1,
-            "lightning_fit_wall_s": lightning_wall, "bare_total_s": sum(bare)}
+    return {
+        "steps": steps,
+        "batch_windows": len(batch["input_ids"]),
+        "tokens_per_window": batch["input_ids"].shape[1],
+        "bare_step_s": bare_s,
+        "lightning_step_s": lightning_s,
+        "lightning_overhead": lightning_s / bare_s - 1,
+        "lightning_fit_wall_s": lightning_wall,
+        "bare_total_s": sum(bare),
+    }
 
 
 def main() -> None:
@@ -146,11 +201,20 @@ def main() -> None:
     table_out = Table(title="Training core overheads (MiniLM, CPU, 1 process)")
     for column in ["measure", "ours", "reference", "ratio", "target"]:
         table_out.add_column(column, justify="right")
-    table_out.add_row("featurisation questions/s", f"{features['featurize_questions_per_s']:,.0f}",
-                      f"{features['raw_questions_per_s']:,.0f} (raw tokenizer)",
-                      f"{features['throughput_ratio']:.2f}x", ">= 0.80x")
-    table_out.add_row("training step s (median)", f"{step['lightning_step_s']:.4f} (Lightning)",
-                      f"{step['bare_step_s']:.4f} (bare PyTorch)", f"{100 * step['lightning_overhead']:+.1f}%", "<= +5%")
+    table_out.add_row(
+        "featurisation questions/s",
+        f"{features['featurize_questions_per_s']:,.0f}",
+        f"{features['raw_questions_per_s']:,.0f} (raw tokenizer)",
+        f"{features['throughput_ratio']:.2f}x",
+        ">= 0.80x",
+    )
+    table_out.add_row(
+        "training step s (median)",
+        f"{step['lightning_step_s']:.4f} (Lightning)",
+        f"{step['bare_step_s']:.4f} (bare PyTorch)",
+        f"{100 * step['lightning_overhead']:+.1f}%",
+        "<= +5%",
+    )
     Console(width=140).print(table_out)
     results = {"featurisation": features, "training_step": step}
     print(json.dumps(results))

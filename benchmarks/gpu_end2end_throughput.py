@@ -36,12 +36,30 @@ STARTED = time.perf_counter()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-FULL = {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072,
-        "attention_window": 512, "max_position_embeddings": 4098, "vocab_size": 50265, "pad_token_id": 1,
-        "bos_token_id": 0, "eos_token_id": 2, "type_vocab_size": 1}
+FULL = {
+    "num_hidden_layers": 12,
+    "hidden_size": 768,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "attention_window": 512,
+    "max_position_embeddings": 4098,
+    "vocab_size": 50265,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "type_vocab_size": 1,
+}
 OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-TINY = {**FULL, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256,
-        "attention_window": 64, "max_position_embeddings": 514, "vocab_size": 1000}
+TINY = {
+    **FULL,
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "intermediate_size": 256,
+    "attention_window": 64,
+    "max_position_embeddings": 514,
+    "vocab_size": 1000,
+}
 
 
 class End2EndHeads(nn.Module):
@@ -56,18 +74,24 @@ class End2EndHeads(nn.Module):
         self.support = nn.Linear(config.hidden_size, 1)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                              global_attention_mask=batch["global_attention_mask"]).last_hidden_state  # (B, T, H)
+        hidden = self.encoder(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            global_attention_mask=batch["global_attention_mask"],
+        ).last_hidden_state  # (B, T, H)
         start_logits, end_logits = self.span(hidden).float().unbind(-1)  # (B, T) each
         markers = hidden.gather(1, batch["marker_positions"][..., None].expand(-1, -1, hidden.shape[-1]))
         support_logits = self.support(markers).squeeze(-1).float()  # (B, M)
-        return (nn.functional.cross_entropy(start_logits, batch["start"])
-                + nn.functional.cross_entropy(end_logits, batch["end"])
-                + nn.functional.binary_cross_entropy_with_logits(support_logits, batch["support"]))
+        return (
+            nn.functional.cross_entropy(start_logits, batch["start"])
+            + nn.functional.cross_entropy(end_logits, batch["end"])
+            + nn.functional.binary_cross_entropy_with_logits(support_logits, batch["support"])
+        )
 
 
-def make_batch(batch_size: int, seq_len: int, question_len: int, markers: int, vocab_size: int,
-               device: torch.device, seed: int = 0) -> dict[str, torch.Tensor]:
+def make_batch(
+    batch_size: int, seq_len: int, question_len: int, markers: int, vocab_size: int, device: torch.device, seed: int = 0
+) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, vocab_size, (batch_size, seq_len), generator=generator)  # no pad (1), bos, eos
     marker_positions = torch.linspace(question_len, seq_len - 1, markers + 1)[:-1].long()  # spread over the rest
@@ -76,10 +100,15 @@ def make_batch(batch_size: int, seq_len: int, question_len: int, markers: int, v
     global_mask[:, :question_len] = 1
     global_mask.scatter_(1, marker_positions, 1)
     start = torch.randint(question_len, seq_len - 8, (batch_size,), generator=generator)
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "global_attention_mask": global_mask,
-             "marker_positions": marker_positions, "start": start,
-             "end": start + torch.randint(0, 8, (batch_size,), generator=generator),
-             "support": (torch.rand(batch_size, markers, generator=generator) < 0.2).float()}
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "global_attention_mask": global_mask,
+        "marker_positions": marker_positions,
+        "start": start,
+        "end": start + torch.randint(0, 8, (batch_size,), generator=generator),
+        "support": (torch.rand(batch_size, markers, generator=generator) < 0.2).float(),
+    }
     return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
@@ -92,8 +121,14 @@ def _elapsed() -> float:
     return time.perf_counter() - STARTED
 
 
-def measure(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor], args,
-            device: torch.device, dtype: torch.dtype | None) -> dict:
+def measure(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: dict[str, torch.Tensor],
+    args,
+    device: torch.device,
+    dtype: torch.dtype | None,
+) -> dict:
     """Warm-up then timed training steps on one batch; stops early when the next step would cross the budget."""
     batch_size, seq_len = batch["input_ids"].shape
     if device.type == "cuda":
@@ -119,15 +154,26 @@ def measure(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str,
         if not torch.isfinite(loss.detach()).item():
             stopped = f"non-finite loss {loss.item()}"
             break
-    result = {"batch_size": batch_size, "tokens_per_question": seq_len, "warmup_step_s": warmup_times,
-              "step_times_s": times, "timed_steps": len(times), "stopped": stopped}
+    result = {
+        "batch_size": batch_size,
+        "tokens_per_question": seq_len,
+        "warmup_step_s": warmup_times,
+        "step_times_s": times,
+        "timed_steps": len(times),
+        "stopped": stopped,
+    }
     if device.type == "cuda":
-        result["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
-        result["peak_reserved_gib"] = torch.cuda.max_memory_reserved(device) / 2 ** 30
+        result["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        result["peak_reserved_gib"] = torch.cuda.max_memory_reserved(device) / 2**30
     if times:
         step = statistics.median(times)
-        result.update(step_s=step, mean_step_s=statistics.fmean(times), questions_per_s=batch_size / step,
-                      tokens_per_s=batch_size * seq_len / step, final_loss=loss.item())
+        result.update(
+            step_s=step,
+            mean_step_s=statistics.fmean(times),
+            questions_per_s=batch_size / step,
+            tokens_per_s=batch_size * seq_len / step,
+            final_loss=loss.item(),
+        )
     return result
 
 
@@ -190,11 +236,23 @@ def main() -> None:
     dtype = torch.bfloat16 if args.dtype == "bf16" else None
     results = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
-        "tiny": tiny, "autocast": args.dtype, "gradient_checkpointing": True, "optimizer": "AdamW",
-        "config": shapes, "parameters": sum(p.numel() for p in model.parameters()), "seq_len": args.seq_len,
-        "global_tokens": args.question_len + args.markers, "warmup_steps": args.warmup, "steps": args.steps,
-        "budget_s": args.budget_s, "setup_s": _elapsed(), "runs": []}
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "tiny": tiny,
+        "autocast": args.dtype,
+        "gradient_checkpointing": True,
+        "optimizer": "AdamW",
+        "config": shapes,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "seq_len": args.seq_len,
+        "global_tokens": args.question_len + args.markers,
+        "warmup_steps": args.warmup,
+        "steps": args.steps,
+        "budget_s": args.budget_s,
+        "setup_s": _elapsed(),
+        "runs": [],
+    }
     for batch_size in args.batch_sizes:
         if _elapsed() + args.reserve_s > args.budget_s:
             results["runs"].append({"batch_size": batch_size, "stopped": "time guard before start"})
@@ -214,14 +272,18 @@ def main() -> None:
     _write(results, path)
 
     header = f"{'batch':>5} {'step s':>8} {'questions/s':>12} {'tokens/s':>10} {'peak GiB':>9} {'steps':>5}  note"
-    print(f"End2End training throughput ({'tiny' if tiny else 'longformer-base'} shapes, {results['device']}, "
-          f"{args.seq_len} tokens, {'bf16 autocast' if dtype else 'fp32, no autocast'}, gradient checkpointing, AdamW)")
+    print(
+        f"End2End training throughput ({'tiny' if tiny else 'longformer-base'} shapes, {results['device']}, "
+        f"{args.seq_len} tokens, {'bf16 autocast' if dtype else 'fp32, no autocast'}, gradient checkpointing, AdamW)"
+    )
     print(header)
     for run in results["runs"]:
         if "step_s" in run:
             peak = f"{run['peak_memory_gib']:.2f}" if "peak_memory_gib" in run else "-"
-            print(f"{run['batch_size']:>5} {run['step_s']:>8.3f} {run['questions_per_s']:>12.2f} "
-                  f"{run['tokens_per_s']:>10,.0f} {peak:>9} {run['timed_steps']:>5}  {run['stopped'] or ''}")
+            print(
+                f"{run['batch_size']:>5} {run['step_s']:>8.3f} {run['questions_per_s']:>12.2f} "
+                f"{run['tokens_per_s']:>10,.0f} {peak:>9} {run['timed_steps']:>5}  {run['stopped'] or ''}"
+            )
         else:
             print(f"{run['batch_size']:>5} {'-':>8} {'-':>12} {'-':>10} {'-':>9} {0:>5}  {run.get('stopped')}")
     print(f"wall {results['wall_s']:.1f} s; results in {path}" if path else f"wall {results['wall_s']:.1f} s")

@@ -53,10 +53,17 @@ SUPPORT_F1_MIN = 0.8
 
 # Every run: the 8 training questions, scored on themselves; CPU, no checkpoints but the final weights.
 COMMON = [
-    "dataset=musique_ans", "dataset.sample=true", f"dataset.train_size={QUESTIONS}",
-    "eval_split=train", f"eval_size={QUESTIONS}",
-    "trainer=cpu", "++trainer.threads=2", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
-    "callbacks=none", "logger=csv",
+    "dataset=musique_ans",
+    "dataset.sample=true",
+    f"dataset.train_size={QUESTIONS}",
+    "eval_split=train",
+    f"eval_size={QUESTIONS}",
+    "trainer=cpu",
+    "++trainer.threads=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "callbacks=none",
+    "logger=csv",
 ]
 
 
@@ -70,16 +77,30 @@ class ModelSpec:
 
 
 # Stage settings: no validation (the final weights predict), enough epochs at a high learning rate to memorise.
-_READER = ["model.reader.max_epochs=20", "model.reader.lr=2e-4", "model.reader.micro_batch_size=2",
-           "model.reader.accumulate_grad_batches=1", "model.reader.validate=false",
-           "model.reader.gradient_checkpointing=false"]
+_READER = [
+    "model.reader.max_epochs=20",
+    "model.reader.lr=2e-4",
+    "model.reader.micro_batch_size=2",
+    "model.reader.accumulate_grad_batches=1",
+    "model.reader.validate=false",
+    "model.reader.gradient_checkpointing=false",
+]
 MODELS: dict[str, ModelSpec] = {
-    "select_answer": ModelSpec("minilm", [
-        "model.selector.max_epochs=10", "model.selector.lr=1e-4", "model.selector.micro_batch_size=8",
-        "model.selector.accumulate_grad_batches=1", "++model.selector.validate=false",
-        "model.answerer.max_epochs=30", "model.answerer.lr=1e-4", "model.answerer.micro_batch_size=4",
-        "model.answerer.accumulate_grad_batches=1", "++model.answerer.validate=false",
-    ]),
+    "select_answer": ModelSpec(
+        "minilm",
+        [
+            "model.selector.max_epochs=10",
+            "model.selector.lr=1e-4",
+            "model.selector.micro_batch_size=8",
+            "model.selector.accumulate_grad_batches=1",
+            "++model.selector.validate=false",
+            "model.answerer.max_epochs=30",
+            "model.answerer.lr=1e-4",
+            "model.answerer.micro_batch_size=4",
+            "model.answerer.accumulate_grad_batches=1",
+            "++model.answerer.validate=false",
+        ],
+    ),
     "end2end": ModelSpec("minilm_long", _READER),
     "c_only": ModelSpec("minilm_long", _READER, thresholded=False),
 }
@@ -87,8 +108,14 @@ MODELS: dict[str, ModelSpec] = {
 
 def compose_config(model: str, output_dir: Path, extra: list[str]) -> DictConfig:
     spec = MODELS[model]
-    overrides = [*COMMON, f"model={model}", f"backbone={spec.backbone}", *spec.overrides,
-                 f"paths.output_dir={output_dir}", *extra]
+    overrides = [
+        *COMMON,
+        f"model={model}",
+        f"backbone={spec.backbone}",
+        *spec.overrides,
+        f"paths.output_dir={output_dir}",
+        *extra,
+    ]
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         return compose("train", overrides=overrides)
 
@@ -98,8 +125,11 @@ def stage_settings(cfg: DictConfig) -> dict[str, dict]:
     stages = {}
     for name, stage in cfg.model.items():
         if isinstance(stage, DictConfig) and "max_epochs" in stage and "lr" in stage:
-            stages[str(name)] = {"epochs": int(stage.max_epochs), "lr": float(stage.lr),
-                                 "batch": f"{stage.micro_batch_size}x{stage.accumulate_grad_batches}"}
+            stages[str(name)] = {
+                "epochs": int(stage.max_epochs),
+                "lr": float(stage.lr),
+                "batch": f"{stage.micro_batch_size}x{stage.accumulate_grad_batches}",
+            }
     return stages
 
 
@@ -111,8 +141,11 @@ def final_losses(run_dir: Path) -> dict[str, float]:
             rows = list(csv.DictReader(handle))
         key = next((k for k in (rows[0] if rows else {}) if k.endswith("train/loss")), None)
         epoch_key = next((k for k in (rows[0] if rows else {}) if k.endswith("epoch")), None)
-        points = [(float(row[epoch_key]) if epoch_key and row.get(epoch_key) else 0.0, float(row[key]))
-                  for row in rows if key and row.get(key)]
+        points = [
+            (float(row[epoch_key]) if epoch_key and row.get(epoch_key) else 0.0, float(row[key]))
+            for row in rows
+            if key and row.get(key)
+        ]
         if points:
             last = max(epoch for epoch, _ in points)
             values = [loss for epoch, loss in points if epoch == last]
@@ -147,11 +180,20 @@ def run_model(model: str, out: Path, extra: list[str], console: Console) -> dict
     answer_f1, support_f1 = float(metrics["answer_f1"]), float(metrics["support_f1"])
     passed = answer_f1 >= ANSWER_F1_MIN and support_f1 >= SUPPORT_F1_MIN
     result = {
-        "model": model, "backbone": cfg.backbone.name, "questions": QUESTIONS, "settings": stage_settings(cfg),
-        "overrides": [*spec.overrides, *extra], "answer_f1": answer_f1, "answer_em": float(metrics["answer_em"]),
-        "support_f1": support_f1, "final_train_loss": final_losses(run_dir), "wall_s": round(wall_s, 1),
-        "backbone_prepare_s": round(prepare_s, 1), "thresholded": spec.thresholded,
-        "verdict": ("PASS" if passed else "FAIL") if spec.thresholded else "report only", "run_dir": str(run_dir),
+        "model": model,
+        "backbone": cfg.backbone.name,
+        "questions": QUESTIONS,
+        "settings": stage_settings(cfg),
+        "overrides": [*spec.overrides, *extra],
+        "answer_f1": answer_f1,
+        "answer_em": float(metrics["answer_em"]),
+        "support_f1": support_f1,
+        "final_train_loss": final_losses(run_dir),
+        "wall_s": round(wall_s, 1),
+        "backbone_prepare_s": round(prepare_s, 1),
+        "thresholded": spec.thresholded,
+        "verdict": ("PASS" if passed else "FAIL") if spec.thresholded else "report only",
+        "run_dir": str(run_dir),
     }
     (run_dir / "overfit.json").write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"{model}: {run_dir / 'overfit.json'}")
@@ -159,23 +201,45 @@ def run_model(model: str, out: Path, extra: list[str], console: Console) -> dict
 
 
 def results_table(results: list[dict]) -> Table:
-    table = Table(title=f"Overfit on {QUESTIONS} MuSiQue-Ans training questions (thresholds: answer F1 and support "
-                        f"F1 >= {ANSWER_F1_MIN})")
-    for column in ("model", "backbone", "settings (epochs, lr, batch)", "final train loss", "answer F1",
-                   "answer EM", "support F1", "wall", "verdict"):
+    table = Table(
+        title=f"Overfit on {QUESTIONS} MuSiQue-Ans training questions (thresholds: answer F1 and support "
+        f"F1 >= {ANSWER_F1_MIN})"
+    )
+    for column in (
+        "model",
+        "backbone",
+        "settings (epochs, lr, batch)",
+        "final train loss",
+        "answer F1",
+        "answer EM",
+        "support F1",
+        "wall",
+        "verdict",
+    ):
         table.add_column(column)
     for r in results:
-        settings = "\n".join(f"{stage}: {s['epochs']} ep, lr {s['lr']:g}, batch {s['batch']}"
-                             for stage, s in r["settings"].items())
+        settings = "\n".join(
+            f"{stage}: {s['epochs']} ep, lr {s['lr']:g}, batch {s['batch']}" for stage, s in r["settings"].items()
+        )
         losses = "\n".join(f"{stage}: {loss:.3f}" for stage, loss in r["final_train_loss"].items())
-        table.add_row(r["model"], r["backbone"], settings, losses, f"{r['answer_f1']:.3f}", f"{r['answer_em']:.3f}",
-                      f"{r['support_f1']:.3f}", f"{r['wall_s'] / 60:.1f} min", r["verdict"])
+        table.add_row(
+            r["model"],
+            r["backbone"],
+            settings,
+            losses,
+            f"{r['answer_f1']:.3f}",
+            f"{r['answer_em']:.3f}",
+            f"{r['support_f1']:.3f}",
+            f"{r['wall_s'] / 60:.1f} min",
+            r["verdict"],
+        )
     return table
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("overrides", nargs="*", help="model=<name>[,<name>...] then extra Hydra overrides")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "logs" / "overfit", help="folder of the runs")
     args = parser.parse_args(argv)
@@ -187,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no overfit settings for {', '.join(unknown)} (known: {', '.join(MODELS)})")
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("musique_models").setLevel(logging.INFO)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     results = [run_model(name, args.out, extra, console) for name in names]
     console.print(results_table(results))
     if len(results) > 1:

@@ -47,9 +47,18 @@ class DatasetNotFoundError(MusiqueModelsError, FileNotFoundError):
 
 
 # Hydra and OmegaConf errors that come from what a user typed (a bad override, an unknown option, a missing key).
-_CONFIG_ERRORS = ("ConfigCompositionException", "OverrideParseException", "MissingConfigException",
-                  "MissingMandatoryValue", "ConfigKeyError", "ConfigAttributeError", "InterpolationResolutionError",
-                  "InterpolationKeyError", "ValidationError", "ConfigTypeError")
+_CONFIG_ERRORS = (
+    "ConfigCompositionException",
+    "OverrideParseException",
+    "MissingConfigException",
+    "MissingMandatoryValue",
+    "ConfigKeyError",
+    "ConfigAttributeError",
+    "InterpolationResolutionError",
+    "InterpolationKeyError",
+    "ValidationError",
+    "ConfigTypeError",
+)
 
 
 def user_error_message(error: BaseException) -> str | None:

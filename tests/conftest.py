@@ -39,15 +39,27 @@ def compose_train_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
         with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
             return compose(
                 "train",
-                overrides=[f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs",
-                           f"paths.output_dir={tmp_path}/run", *overrides],
+                overrides=[
+                    f"paths.cache_dir={tmp_path}/cache",
+                    f"paths.log_dir={tmp_path}/logs",
+                    f"paths.output_dir={tmp_path}/run",
+                    *overrides,
+                ],
             )
 
     return _compose
 
 
-def run_python(arguments: Sequence[str], cwd: Path = PROJECT_ROOT, env: dict[str, str] | None = None,
-               timeout: int = 600) -> subprocess.CompletedProcess:
+def run_python(
+    arguments: Sequence[str], cwd: Path = PROJECT_ROOT, env: dict[str, str] | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """`python ARGUMENTS` in a subprocess (this interpreter, the repository on PYTHONPATH), output captured."""
-    return subprocess.run([sys.executable, *arguments], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          check=False, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})})
+    return subprocess.run(
+        [sys.executable, *arguments],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
+    )

@@ -55,8 +55,14 @@ def test_summary_command_prints_the_table(capsys, tmp_path: Path) -> None:
 
 def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    return subprocess.run([sys.executable, *args, f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs"],
-                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, *args, f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_train_without_a_model_prints_the_summary_and_says_so(tmp_path: Path) -> None:

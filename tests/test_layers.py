@@ -34,8 +34,10 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "musique_models":  # `from musique_models import training` imports a layer
-                found.extend((node.lineno, f"musique_models.{alias.name}" if alias.name in LAYERS else node.module)
-                             for alias in node.names)
+                found.extend(
+                    (node.lineno, f"musique_models.{alias.name}" if alias.name in LAYERS else node.module)
+                    for alias in node.names
+                )
             else:
                 found.append((node.lineno, node.module))
         elif isinstance(node, ast.Import):
@@ -60,13 +62,16 @@ def test_every_module_belongs_to_a_layer() -> None:
 @pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(PROJECT_ROOT)))
 def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
     own = _layer(_module_name(path))
-    upward = [f"{path.relative_to(PROJECT_ROOT)}:{line} imports {module}"
-              for line, module in _imports(path) if _layer(module) > own]
+    upward = [
+        f"{path.relative_to(PROJECT_ROOT)}:{line} imports {module}"
+        for line, module in _imports(path)
+        if _layer(module) > own
+    ]
     assert not upward, "\n".join(upward)
 
 
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     offending = tmp_path / "offending.py"
     offending.write_text("def f():\n    from musique_models.training.stage import run_stage\n")
-    (line, module), = _imports(offending)
+    ((line, module),) = _imports(offending)
     assert line == 2 and _layer(module) == LAYERS.index("training") > _layer("musique_models.models.answerer")

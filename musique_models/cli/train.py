@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -15,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.io import write_json
+from musique_models.io import atomic_open, write_json
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +24,16 @@ STATUS_FILE = "status.json"
 CONFIG_FILE = "config.yaml"
 # Keys that may differ between a run and its resumption (`ckpt_path=last`): where files are, how progress is shown
 # and logged, when resume points are written. Everything else (data, model, optimisation) must match.
-RESUME_SAFE_KEYS = ("ckpt_path", "paths", "callbacks", "logger", "trainer.enable_progress_bar", "trainer.threads",
-                    "model.num_workers", "model.eval_batch_size")
+RESUME_SAFE_KEYS = (
+    "ckpt_path",
+    "paths",
+    "callbacks",
+    "logger",
+    "trainer.enable_progress_bar",
+    "trainer.threads",
+    "model.num_workers",
+    "model.eval_batch_size",
+)
 
 
 class RunConfigError(MusiqueModelsError):
@@ -50,7 +59,7 @@ def train(cfg: DictConfig) -> float | None:
     output_dir = run_dir(cfg)
     console = Console()
     console.print(f"run folder: {output_dir}")
-    log.info("run folder: %s", output_dir)
+    write_to_log_file(f"run folder: {output_dir}")
     check_run_config(cfg, output_dir)
     write_json(output_dir / STATUS_FILE, {"status": "running", "pid": os.getpid()})
     try:
@@ -70,26 +79,37 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
     saved = output_dir / CONFIG_FILE
     if cfg.get("ckpt_path") == "last":
         if not saved.exists():
-            raise RunConfigError(f"ckpt_path=last resumes the run in hydra.run.dir=<run folder>, but {output_dir} "
-                                 "holds no run (pass hydra.run.dir=logs/train/runs/<time> of the run to resume)")
+            raise RunConfigError(
+                f"ckpt_path=last resumes the run in hydra.run.dir=<run folder>, but {output_dir} "
+                "holds no run (pass hydra.run.dir=logs/train/runs/<time> of the run to resume)"
+            )
         differing = config_differences(OmegaConf.load(saved), cfg)
         if differing:
-            raise RunConfigError(f"{output_dir} holds a run with another configuration; resuming it would mix the "
-                                 f"two. Differing keys: {', '.join(differing)}")
+            raise RunConfigError(
+                f"{output_dir} holds a run with another configuration; resuming it would mix the "
+                f"two. Differing keys: {', '.join(differing)}"
+            )
     elif saved.exists():
-        raise RunConfigError(f"{output_dir} already holds a run; resume it with ckpt_path=last (same arguments) or "
-                             "choose another hydra.run.dir")
+        raise RunConfigError(
+            f"{output_dir} already holds a run; resume it with ckpt_path=last (same arguments) or "
+            "choose another hydra.run.dir"
+        )
     splits = list(cfg.dataset.sample_files if cfg.dataset.get("sample") else cfg.dataset.files)
     if cfg.eval_split not in splits:
-        raise RunConfigError(f"eval_split={cfg.eval_split}: {cfg.dataset.name} has no such split here "
-                             f"(choose one of {', '.join(splits)})")
+        raise RunConfigError(
+            f"eval_split={cfg.eval_split}: {cfg.dataset.name} has no such split here "
+            f"(choose one of {', '.join(splits)})"
+        )
     if cfg.get("eval_size") is not None and int(cfg.eval_size) <= 0:
-        raise RunConfigError(f"eval_size={cfg.eval_size}: give a positive number of questions, or eval_size=null "
-                             "for the whole split")
+        raise RunConfigError(
+            f"eval_size={cfg.eval_size}: give a positive number of questions, or eval_size=null for the whole split"
+        )
     accelerator = str(cfg.trainer.get("accelerator", "auto"))
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise RunConfigError(f"trainer accelerator={accelerator}, but this machine has no usable GPU "
-                             "(use trainer=cpu, or trainer=default to pick the device automatically)")
+        raise RunConfigError(
+            f"trainer accelerator={accelerator}, but this machine has no usable GPU "
+            "(use trainer=cpu, or trainer=default to pick the device automatically)"
+        )
 
 
 def config_differences(saved: DictConfig, current: DictConfig) -> list[str]:
@@ -137,21 +157,29 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     keep_freed_memory()
     if not (output_dir / CONFIG_FILE).exists():
-        OmegaConf.save(cfg, output_dir / CONFIG_FILE, resolve=True)
+        with atomic_open(output_dir / CONFIG_FILE) as handle:
+            handle.write(OmegaConf.to_yaml(cfg, resolve=True))
     source: DatasetSource = instantiate(cfg.dataset)
     splits = {split: source.load(split, run_dir=output_dir) for split in source.splits}
     if cfg.get("eval_size"):
         splits[cfg.eval_split] = first_questions(splits[cfg.eval_split], cfg.eval_size)
     show(console, lambda target: print_summary(source, splits, target))
     if cfg.get("model") is None:
-        log.warning("No model is configured (~model): nothing was trained. Choose one with model=<name> "
-                    "(see conf/model/).")
+        log.warning(
+            "No model is configured (~model): nothing was trained. Choose one with model=<name> (see conf/model/)."
+        )
         return None
     evaluation = splits[cfg.eval_split]
     loggers = run_loggers(cfg, output_dir)
-    context = RunContext(cfg=cfg, source=source, train=splits["train"], evaluation=evaluation,
-                         eval_golds=[gold_from_example(Example.from_dict(row), i) for i, row in enumerate(evaluation)],
-                         run_dir=output_dir, loggers=loggers)
+    context = RunContext(
+        cfg=cfg,
+        source=source,
+        train=splits["train"],
+        evaluation=evaluation,
+        eval_golds=[gold_from_example(Example.from_dict(row), i) for i, row in enumerate(evaluation)],
+        run_dir=output_dir,
+        loggers=loggers,
+    )
     recipe = instantiate(cfg.model, _recursive_=False)
     if not isinstance(recipe, Recipe):
         raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name and run)")
@@ -186,11 +214,15 @@ def folder_megabytes(folder: Path) -> float:
 
 def show(console: Console, render: Any) -> None:
     """Print a rich table on the console and write the same text into the run's log file (`train.log`)."""
-    recorder = Console(record=True, width=console.width, file=open(os.devnull, "w"))  # noqa: SIM115
+    recorder = Console(record=True, width=console.width, file=io.StringIO())
     render(recorder)
     render(console)
-    text = recorder.export_text()
-    record = logging.LogRecord(log.name, logging.INFO, __file__, 0, "\n%s", (text.rstrip(),), None)
+    write_to_log_file("\n" + recorder.export_text().rstrip())
+
+
+def write_to_log_file(text: str) -> None:
+    """Write `text` as an INFO record into the run's log files only (what the console already shows)."""
+    record = logging.LogRecord(log.name, logging.INFO, __file__, 0, "%s", (text,), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.emit(record)
@@ -229,22 +261,31 @@ def free_cores(interval: float = 0.2) -> int | None:
 
 # Warnings that say nothing actionable about a run: library deprecations, and Lightning's advice on workers, custom
 # batch samplers (ours covers every row) and logging intervals longer than a tiny epoch. Literal message starts.
-QUIET_WARNINGS = ("`isinstance(treespec, LeafSpec)` is deprecated", "The number of training batches",
-                  "You are using a custom batch sampler", "The '")  # "The 'train_dataloader' does not have many workers"
+QUIET_WARNINGS = (
+    "`isinstance(treespec, LeafSpec)` is deprecated",
+    "The number of training batches",
+    "You are using a custom batch sampler",
+    "The '",
+)  # "The 'train_dataloader' does not have many workers"
 
 
 def quiet_libraries() -> None:
     """Route warnings into the log, keep known noise out (here and in DDP worker processes, through
     PYTHONWARNINGS), and keep libraries' advertising and notices out of the console."""
     logging.captureWarnings(True)
-    for name in ("pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero",
-                 "lightning_fabric.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+    for name in (
+        "pytorch_lightning.utilities.rank_zero",
+        "lightning.pytorch.utilities.rank_zero",
+        "lightning_fabric.utilities.rank_zero",
+        "lightning.fabric.utilities.rank_zero",
+    ):
         logging.getLogger(name).setLevel(logging.WARNING)
     for message in QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=re.escape(message))
     inherited = [os.environ["PYTHONWARNINGS"]] if os.environ.get("PYTHONWARNINGS") else []
-    os.environ["PYTHONWARNINGS"] = ",".join(inherited + [f"ignore:{message}" for message in QUIET_WARNINGS
-                                                         if "," not in message and ":" not in message])
+    os.environ["PYTHONWARNINGS"] = ",".join(
+        inherited + [f"ignore:{message}" for message in QUIET_WARNINGS if "," not in message and ":" not in message]
+    )
     import transformers
 
     transformers.logging.set_verbosity_error()

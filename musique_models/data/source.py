@@ -24,8 +24,12 @@ from musique_models.io import code_fingerprint, write_json
 log = logging.getLogger(__name__)
 
 # The code whose output the Arrow cache holds: an edit to any of it makes a new cache entry, never a stale reuse.
-READER_MODULES = ("musique_models.data.readers", "musique_models.data.schema", "musique_models.data.features",
-                  "musique_models.data.jsonio")
+READER_MODULES = (
+    "musique_models.data.readers",
+    "musique_models.data.schema",
+    "musique_models.data.features",
+    "musique_models.data.jsonio",
+)
 _WRITE_BATCH = 1000
 
 

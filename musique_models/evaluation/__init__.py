@@ -6,7 +6,18 @@ from musique_models.evaluation.metrics import aggregate, answer_scores, normaliz
 from musique_models.evaluation.predictions import Prediction, ProbePrediction, read_predictions, write_predictions
 
 __all__ = [
-    "GoldInstance", "Prediction", "ProbePrediction", "aggregate", "answer_scores", "evaluate_dire_files",
-    "evaluate_files", "evaluate_predictions", "gold_from_example", "normalize_answer", "read_gold",
-    "read_predictions", "support_scores", "write_predictions",
+    "GoldInstance",
+    "Prediction",
+    "ProbePrediction",
+    "aggregate",
+    "answer_scores",
+    "evaluate_dire_files",
+    "evaluate_files",
+    "evaluate_predictions",
+    "gold_from_example",
+    "normalize_answer",
+    "read_gold",
+    "read_predictions",
+    "support_scores",
+    "write_predictions",
 ]

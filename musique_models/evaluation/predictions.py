@@ -75,8 +75,9 @@ def _shown(ids: Iterable[str]) -> str:
     return ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
 
 
-def align_predictions(golds: Sequence[GoldInstance], predictions: Sequence[tuple[int, Prediction]],
-                      path: str | Path) -> list[Prediction]:
+def align_predictions(
+    golds: Sequence[GoldInstance], predictions: Sequence[tuple[int, Prediction]], path: str | Path
+) -> list[Prediction]:
     """Check that predictions cover the gold exactly, in gold order, with valid support idx; return them.
 
     Raises `DataFormatError` for a missing or extra id (named), a duplicate, too few rows of a MuSiQue-Full id,
@@ -96,17 +97,30 @@ def align_predictions(golds: Sequence[GoldInstance], predictions: Sequence[tuple
             line = [line for line, p in predictions if p.id == question_id][-1]
             problem = "duplicate prediction" if count > expected else "missing row"
             pairing = " (MuSiQue-Full needs exactly two rows per id)" if expected == 2 else ""
-            raise DataFormatError(f"{problem}: {count} rows for this id, the gold file has {expected}{pairing}",
-                                  path=path, line=line, record_id=question_id)
+            raise DataFormatError(
+                f"{problem}: {count} rows for this id, the gold file has {expected}{pairing}",
+                path=path,
+                line=line,
+                record_id=question_id,
+            )
     for gold, (line, prediction) in zip(golds, predictions):
         if prediction.id != gold.id:
             raise DataFormatError(
                 f"wrong order: this line has id {prediction.id!r} where gold row {gold.row + 1} has {gold.id!r} "
-                f"(predictions must follow the gold file's order)", path=path, line=line, record_id=prediction.id)
+                f"(predictions must follow the gold file's order)",
+                path=path,
+                line=line,
+                record_id=prediction.id,
+            )
         unknown = [idx for idx in prediction.predicted_support_idxs if idx not in gold.paragraph_idxs]
         if unknown:
-            raise DataFormatError(f"idx {unknown} are not idx of this question's paragraphs", path=path, line=line,
-                                  record_id=prediction.id, field="predicted_support_idxs")
+            raise DataFormatError(
+                f"idx {unknown} are not idx of this question's paragraphs",
+                path=path,
+                line=line,
+                record_id=prediction.id,
+                field="predicted_support_idxs",
+            )
     return [prediction for _, prediction in predictions]
 
 
@@ -124,8 +138,9 @@ def _paragraph_level_sp(example: Example, support_idxs: Iterable[int]) -> list[l
     return facts
 
 
-def write_hotpotqa_predictions(path: str | Path, examples: Sequence[Example], predictions: Sequence[Prediction],
-                               include_evidence: bool = False) -> None:
+def write_hotpotqa_predictions(
+    path: str | Path, examples: Sequence[Example], predictions: Sequence[Prediction], include_evidence: bool = False
+) -> None:
     """HotpotQA's own prediction file (`{"answer": {id: ...}, "sp": {id: [[title, sent], ...]}}`), atomically.
 
     Support is paragraph level: every sentence of each predicted paragraph is listed. With `include_evidence`

@@ -84,16 +84,27 @@ class MultihopQAMetric(Metric):
         # columns: row, predicted_answerable, answer p/r/f1/em, support p/r/f1/em
         self.add_state("instances", default=[], dist_reduce_fx="cat")
 
-    def update(self, rows: Sequence[int], predicted_answers: Sequence[str],
-               predicted_supports: Sequence[Sequence[int]], predicted_answerable: Sequence[bool]) -> None:
+    def update(
+        self,
+        rows: Sequence[int],
+        predicted_answers: Sequence[str],
+        predicted_supports: Sequence[Sequence[int]],
+        predicted_answerable: Sequence[bool],
+    ) -> None:
         """Score a batch of predictions for the gold rows `rows`."""
         values = []
-        for row, answer, support, answerable in zip(rows, predicted_answers, predicted_supports, predicted_answerable,
-                                                    strict=True):
+        for row, answer, support, answerable in zip(
+            rows, predicted_answers, predicted_supports, predicted_answerable, strict=True
+        ):
             gold = self.golds[int(row)]
-            values.append([float(row), float(bool(answerable)),
-                           *_scores_row(answer_scores(answer, gold.answers)),
-                           *_scores_row(support_scores(support, gold.support_idxs))])
+            values.append(
+                [
+                    float(row),
+                    float(bool(answerable)),
+                    *_scores_row(answer_scores(answer, gold.answers)),
+                    *_scores_row(support_scores(support, gold.support_idxs)),
+                ]
+            )
         if values:
             self.instances.append(torch.tensor(values, dtype=torch.float64, device=self.device))
 
@@ -102,13 +113,23 @@ class MultihopQAMetric(Metric):
         results = []
         for values in _first_per_row(state_table(self.instances, 10)).tolist():
             gold = self.golds[int(values[0])]
-            results.append(InstanceResult(
-                row=gold.row, id=gold.id, num_hops=gold.num_hops, gold_answerable=gold.answerable,
-                predicted_answerable=bool(values[1]), answer=_scores(values[2:6]), support=_scores(values[6:10])))
+            results.append(
+                InstanceResult(
+                    row=gold.row,
+                    id=gold.id,
+                    num_hops=gold.num_hops,
+                    gold_answerable=gold.answerable,
+                    predicted_answerable=bool(values[1]),
+                    answer=_scores(values[2:6]),
+                    support=_scores(values[6:10]),
+                )
+            )
         return results
 
     def compute(self) -> dict[str, torch.Tensor]:
-        return {name: torch.tensor(value, dtype=torch.float64) for name, value in aggregate(self.instance_results()).items()}
+        return {
+            name: torch.tensor(value, dtype=torch.float64) for name, value in aggregate(self.instance_results()).items()
+        }
 
 
 class DireMetric(Metric):
@@ -125,26 +146,45 @@ class DireMetric(Metric):
         # probes: row * 2 + probe, confidence, answer p/r/f1/em, support bitmask
         self.add_state("probes", default=[], dist_reduce_fx="cat")
 
-    def update(self, rows: Sequence[int], predicted_answers: Sequence[str],
-               predicted_supports: Sequence[Sequence[int]]) -> None:
+    def update(
+        self, rows: Sequence[int], predicted_answers: Sequence[str], predicted_supports: Sequence[Sequence[int]]
+    ) -> None:
         """Predictions on the original questions of gold rows `rows`."""
         values = []
         for row, answer, support in zip(rows, predicted_answers, predicted_supports, strict=True):
             gold = self.golds[int(row)]
-            values.append([float(row), *_scores_row(answer_scores(answer, gold.answers)),
-                           *_scores_row(support_scores(support, gold.support_idxs))])
+            values.append(
+                [
+                    float(row),
+                    *_scores_row(answer_scores(answer, gold.answers)),
+                    *_scores_row(support_scores(support, gold.support_idxs)),
+                ]
+            )
         if values:
             self.originals.append(torch.tensor(values, dtype=torch.float64, device=self.device))
 
-    def update_probes(self, rows: Sequence[int], probes: Sequence[int], predicted_answers: Sequence[str],
-                      confidences: Sequence[float], predicted_supports: Sequence[Sequence[int]]) -> None:
+    def update_probes(
+        self,
+        rows: Sequence[int],
+        probes: Sequence[int],
+        predicted_answers: Sequence[str],
+        confidences: Sequence[float],
+        predicted_supports: Sequence[Sequence[int]],
+    ) -> None:
         """Predictions on probe instances: `rows` are the original questions' gold rows, `probes` 0 or 1."""
         values = []
-        for row, probe, answer, confidence, support in zip(rows, probes, predicted_answers, confidences,
-                                                          predicted_supports, strict=True):
+        for row, probe, answer, confidence, support in zip(
+            rows, probes, predicted_answers, confidences, predicted_supports, strict=True
+        ):
             gold = self.golds[int(row)]
-            values.append([float(int(row) * 2 + int(probe)), float(confidence),
-                           *_scores_row(answer_scores(answer, gold.answers)), float(_support_bitmask(support))])
+            values.append(
+                [
+                    float(int(row) * 2 + int(probe)),
+                    float(confidence),
+                    *_scores_row(answer_scores(answer, gold.answers)),
+                    float(_support_bitmask(support)),
+                ]
+            )
         if values:
             self.probes.append(torch.tensor(values, dtype=torch.float64, device=self.device))
 
@@ -158,11 +198,16 @@ class DireMetric(Metric):
             pair = [probe_by_key.get(gold.row * 2 + number) for number in (0, 1)]
             if None in pair:
                 raise ValueError(f"id {gold.id!r}: probe predictions missing")
-            results.append(dire_question_result(
-                question_id=gold.id, num_hops=gold.num_hops, gold_support=gold.support_idxs,
-                original_answer=_scores(values[1:5]), original_support=_scores(values[5:9]),
-                probe_answers=[_scores(probe[2:6]) for probe in pair],
-                probe_confidences=[probe[1] for probe in pair],
-                probe_supports=[_bitmask_idxs(int(probe[6])) for probe in pair],
-            ))
+            results.append(
+                dire_question_result(
+                    question_id=gold.id,
+                    num_hops=gold.num_hops,
+                    gold_support=gold.support_idxs,
+                    original_answer=_scores(values[1:5]),
+                    original_support=_scores(values[5:9]),
+                    probe_answers=[_scores(probe[2:6]) for probe in pair],
+                    probe_confidences=[probe[1] for probe in pair],
+                    probe_supports=[_bitmask_idxs(int(probe[6])) for probe in pair],
+                )
+            )
         return {name: torch.tensor(value, dtype=torch.float64) for name, value in aggregate_dire(results).items()}

@@ -36,9 +36,11 @@ def build_context(paragraphs: Sequence[dict], include_title: bool) -> tuple[str,
     length = 0
     for paragraph in paragraphs:
         if PARAGRAPH_MARKER in paragraph["text"] or (include_title and PARAGRAPH_MARKER in paragraph["title"]):
-            raise FeaturizationError(f"paragraph {paragraph['idx']} ({paragraph['title']!r}) contains the paragraph "
-                                     f"marker {PARAGRAPH_MARKER!r}, which readers use to find paragraphs; remove it "
-                                     "from the data")
+            raise FeaturizationError(
+                f"paragraph {paragraph['idx']} ({paragraph['title']!r}) contains the paragraph "
+                f"marker {PARAGRAPH_MARKER!r}, which readers use to find paragraphs; remove it "
+                "from the data"
+            )
         marker_start = length
         head = f"{PARAGRAPH_MARKER} " + (f"{paragraph['title']}. " if include_title else "")
         text_start = length + len(head)
@@ -73,8 +75,9 @@ def answer_type(answer: str) -> int:
     return ANSWER_TYPES.index(normalized) if normalized in ("yes", "no") else 0
 
 
-def locate_answer(context: str, spans: Sequence[ParagraphSpan], supporting: set[int],
-                  answers: Sequence[str]) -> tuple[int, int] | None:
+def locate_answer(
+    context: str, spans: Sequence[ParagraphSpan], supporting: set[int], answers: Sequence[str]
+) -> tuple[int, int] | None:
     """Character span of the answer: its first whole-word occurrence in a supporting paragraph, else in any paragraph.
 
     Each answer (then alias) is tried exactly, then ignoring case. None when no paragraph holds any of them, and

@@ -70,9 +70,17 @@ def shared_cap(lengths: list[int], budget: int, cap: int) -> int:
     return low
 
 
-def featurize_end2end(batch: dict[str, list], rows: list[int], tokenizer: PreTrainedTokenizerFast, *,
-                      max_question_tokens: int, max_paragraph_tokens: int, max_length: int, include_title: bool,
-                      empty_question: bool = False) -> pa.Table:
+def featurize_end2end(
+    batch: dict[str, list],
+    rows: list[int],
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    max_question_tokens: int,
+    max_paragraph_tokens: int,
+    max_length: int,
+    include_title: bool,
+    empty_question: bool = False,
+) -> pa.Table:
     """Batched `datasets.map` function: one row per question (see the module docstring). `empty_question` drops
     the question (the C-only baseline): only the markers get global attention."""
     marker_id = tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER)
@@ -103,7 +111,7 @@ def featurize_end2end(batch: dict[str, list], rows: list[int], tokenizer: PreTra
         kept = np.zeros(len(ids), dtype=bool)
         spans = []
         for marker, length, span in zip(marker_tokens.tolist(), np.minimum(lengths, cap).tolist(), spans_of[example]):
-            kept[marker: marker + 1 + length] = True
+            kept[marker : marker + 1 + length] = True
             visible_end = int(offsets[marker + length, 1]) if length else span.text_start
             spans.append(ParagraphSpan(span.idx, span.marker_start, span.text_start, min(visible_end, span.text_end)))
 
@@ -125,8 +133,12 @@ def featurize_end2end(batch: dict[str, list], rows: list[int], tokenizer: PreTra
         start = end = 0  # the first token: the answer is not in the (clipped) input
         if char_span is not None:
             in_context = token_offsets[:, 0] >= 0
-            starts = np.flatnonzero(in_context & (token_offsets[:, 0] <= char_span[0]) & (char_span[0] < token_offsets[:, 1]))
-            ends = np.flatnonzero(in_context & (token_offsets[:, 0] < char_span[1]) & (char_span[1] <= token_offsets[:, 1]))
+            starts = np.flatnonzero(
+                in_context & (token_offsets[:, 0] <= char_span[0]) & (char_span[0] < token_offsets[:, 1])
+            )
+            ends = np.flatnonzero(
+                in_context & (token_offsets[:, 0] < char_span[1]) & (char_span[1] <= token_offsets[:, 1])
+            )
             if len(starts) and len(ends):
                 start, end = int(starts[0]), int(ends[-1])
         columns["input_ids"].append(input_ids)

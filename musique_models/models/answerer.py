@@ -43,10 +43,19 @@ class MultiParagraphAnswerer(QAModule):
         single_support: exactly one supporting paragraph per question (softmax over markers, argmax predicted).
     """
 
-    def __init__(self, backbone: BackboneSpec, vocab_size: int, answerability_head: bool = False,
-                 answer_type_head: bool = False, max_answer_tokens: int = 30, support_threshold: float = 0.5,
-                 lr: float = 2e-5, weight_decay: float = 0.0, warmup_ratio: float = 0.1,
-                 single_support: bool = False) -> None:
+    def __init__(
+        self,
+        backbone: BackboneSpec,
+        vocab_size: int,
+        answerability_head: bool = False,
+        answer_type_head: bool = False,
+        max_answer_tokens: int = 30,
+        support_threshold: float = 0.5,
+        lr: float = 2e-5,
+        weight_decay: float = 0.0,
+        warmup_ratio: float = 0.1,
+        single_support: bool = False,
+    ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio)
         self.save_hyperparameters()
         self.encoder = load_encoder(backbone, vocab_size)
@@ -66,31 +75,58 @@ class MultiParagraphAnswerer(QAModule):
         self.eval_golds: Sequence[GoldInstance] = ()
         self.eval_context_of: Callable[[int], str] | None = None
 
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               token_type_ids: torch.Tensor | None = None, **_: torch.Tensor) -> torch.Tensor:
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        **_: torch.Tensor,
+    ) -> torch.Tensor:
         """Token states (B, T, H)."""
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                            token_type_ids=token_type_ids).last_hidden_state
+        return self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, marker_positions: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None,
-                global_attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self.encode(input_ids, attention_mask, token_type_ids=token_type_ids,
-                             global_attention_mask=global_attention_mask)  # (B, T, H)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        marker_positions: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        hidden = self.encode(
+            input_ids, attention_mask, token_type_ids=token_type_ids, global_attention_mask=global_attention_mask
+        )  # (B, T, H)
         start_logits, end_logits = self.span_head(hidden).unbind(dim=-1)  # (B, T) each
         markers = hidden.gather(1, marker_positions[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, M, H)
         first = hidden[:, 0]  # (B, H)
-        answerable_logit = (self.answerable_head(first).squeeze(-1) if self.answerable_head is not None
-                            else first.new_full((len(first),), 10.0))  # (B,): always answerable
-        type_logits = (self.type_head(first) if self.type_head is not None
-                       else first.new_tensor([10.0, 0.0, 0.0]).expand(len(first), 3))  # (B, 3): always a span
-        return {"start_logits": start_logits, "end_logits": end_logits,
-                "support_logits": self.support_head(markers).squeeze(-1),  # (B, M)
-                "answerable_logit": answerable_logit, "type_logits": type_logits}
+        answerable_logit = (
+            self.answerable_head(first).squeeze(-1)
+            if self.answerable_head is not None
+            else first.new_full((len(first),), 10.0)
+        )  # (B,): always answerable
+        type_logits = (
+            self.type_head(first)
+            if self.type_head is not None
+            else first.new_tensor([10.0, 0.0, 0.0]).expand(len(first), 3)
+        )  # (B, 3): always a span
+        return {
+            "start_logits": start_logits,
+            "end_logits": end_logits,
+            "support_logits": self.support_head(markers).squeeze(-1),  # (B, M)
+            "answerable_logit": answerable_logit,
+            "type_logits": type_logits,
+        }
 
     def _outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self(batch["input_ids"], batch["attention_mask"], batch["marker_positions"], batch.get("token_type_ids"),
-                    batch.get("global_attention_mask"))
+        return self(
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["marker_positions"],
+            batch.get("token_type_ids"),
+            batch.get("global_attention_mask"),
+        )
 
     def loss(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Sum of the head losses, each masked as the module docstring says.
@@ -101,23 +137,28 @@ class MultiParagraphAnswerer(QAModule):
         answerable = batch["answerable"].bool()
         span_rows = (answerable & (batch["answer_type"] == 0)).float()  # (B,)
         cross_entropy = nn.functional.cross_entropy
-        span = (cross_entropy(outputs["start_logits"], batch["start_position"], reduction="none")
-                + cross_entropy(outputs["end_logits"], batch["end_position"], reduction="none")) / 2  # (B,)
+        span = (
+            cross_entropy(outputs["start_logits"], batch["start_position"], reduction="none")
+            + cross_entropy(outputs["end_logits"], batch["end_position"], reduction="none")
+        ) / 2  # (B,)
         loss = _masked_mean(span, span_rows)
         if self.single_support:
             logits = outputs["support_logits"].masked_fill(~batch["marker_mask"], float("-inf"))  # (B, M)
             has_gold = answerable & (batch["support_labels"].sum(dim=1) > 0)  # (B,)
-            support = cross_entropy(logits.masked_fill(~has_gold[:, None], 0.0), batch["support_labels"].argmax(dim=1),
-                                    reduction="none")  # (B,)
+            support = cross_entropy(
+                logits.masked_fill(~has_gold[:, None], 0.0), batch["support_labels"].argmax(dim=1), reduction="none"
+            )  # (B,)
             loss = loss + _masked_mean(support, has_gold.float())
         else:
             support_mask = (batch["marker_mask"] & answerable[:, None]).float()  # (B, M)
             support = nn.functional.binary_cross_entropy_with_logits(
-                outputs["support_logits"], batch["support_labels"], reduction="none")  # (B, M)
+                outputs["support_logits"], batch["support_labels"], reduction="none"
+            )  # (B, M)
             loss = loss + _masked_mean(support, support_mask)
         if self.answerability_head:
-            loss = loss + nn.functional.binary_cross_entropy_with_logits(outputs["answerable_logit"],
-                                                                         batch["answerable"].float())
+            loss = loss + nn.functional.binary_cross_entropy_with_logits(
+                outputs["answerable_logit"], batch["answerable"].float()
+            )
         if self.answer_type_head:
             types = cross_entropy(outputs["type_logits"], batch["answer_type"], reduction="none")  # (B,)
             loss = loss + _masked_mean(types, answerable.float())
@@ -138,8 +179,9 @@ class MultiParagraphAnswerer(QAModule):
         self.val_outputs.reset()
         if not self.eval_golds or self.eval_context_of is None:
             return
-        metrics = evaluate_predictions(self.eval_golds, self.decode(windows, markers, self.eval_golds,
-                                                                    self.eval_context_of)).metrics
+        metrics = evaluate_predictions(
+            self.eval_golds, self.decode(windows, markers, self.eval_golds, self.eval_context_of)
+        ).metrics
         for name, value in metrics.items():
             if not name.startswith("count"):
                 # identical on every rank; sync_dist (a mean of equal values) says so to Lightning
@@ -148,12 +190,24 @@ class MultiParagraphAnswerer(QAModule):
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         return window_outputs(batch, self._outputs(batch), self.max_answer_tokens, self.single_support)
 
-    def decode(self, windows: torch.Tensor, markers: torch.Tensor, golds: Sequence[GoldInstance],
-               context_of: Callable[[int], str]) -> list[Prediction]:
+    def decode(
+        self,
+        windows: torch.Tensor,
+        markers: torch.Tensor,
+        golds: Sequence[GoldInstance],
+        context_of: Callable[[int], str],
+    ) -> list[Prediction]:
         """Official predictions, one per gold row, from gathered window tables."""
-        return decode_predictions(windows, markers, [gold.id for gold in golds], context_of,
-                                  support_threshold=self.support_threshold, single_support=self.single_support,
-                                  use_answerability=self.answerability_head, use_answer_type=self.answer_type_head)
+        return decode_predictions(
+            windows,
+            markers,
+            [gold.id for gold in golds],
+            context_of,
+            support_threshold=self.support_threshold,
+            single_support=self.single_support,
+            use_answerability=self.answerability_head,
+            use_answer_type=self.answer_type_head,
+        )
 
 
 def _masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -77,10 +77,12 @@ class BackboneSpec:
                 raise BackboneError(f"backbone {self.name!r}: source=converted needs convert_from and path")
             from musique_models.models.long_context import ensure_converted
 
-            return str(ensure_converted(self.convert_from.model_dir(), self.path, self.max_length,
-                                        self.attention_window))
-        raise BackboneError(f"backbone {self.name!r}: unknown source {self.source!r} "
-                            "(hub, package, random or converted)")
+            return str(
+                ensure_converted(self.convert_from.model_dir(), self.path, self.max_length, self.attention_window)
+            )
+        raise BackboneError(
+            f"backbone {self.name!r}: unknown source {self.source!r} (hub, package, random or converted)"
+        )
 
 
 # Checkpoints keep the spec in their hyperparameters; allow it in torch's weights-only checkpoint loading.
@@ -134,9 +136,11 @@ def _explained_hub_errors(spec: BackboneSpec) -> Iterator[None]:
         if spec.source != "hub":
             raise
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise BackboneError(f"backbone {spec.name!r}: cannot load {spec.path!r} ({reason}). A hub backbone needs a "
-                            f"network on first use; offline, set backbone.path=/path/to/a/local/copy of the model "
-                            "folder, or use an offline backbone (minilm, minilm_long)") from None
+        raise BackboneError(
+            f"backbone {spec.name!r}: cannot load {spec.path!r} ({reason}). A hub backbone needs a "
+            f"network on first use; offline, set backbone.path=/path/to/a/local/copy of the model "
+            "folder, or use an offline backbone (minilm, minilm_long)"
+        ) from None
 
 
 def load_tokenizer(spec: BackboneSpec) -> PreTrainedTokenizerFast:

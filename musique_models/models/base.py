@@ -27,8 +27,10 @@ class QAModule(pl.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
         groups = [
-            {"params": [p for n, p in self.named_parameters() if not any(k in n for k in no_decay)],
-             "weight_decay": self.weight_decay},
+            {
+                "params": [p for n, p in self.named_parameters() if not any(k in n for k in no_decay)],
+                "weight_decay": self.weight_decay,
+            },
             {"params": [p for n, p in self.named_parameters() if any(k in n for k in no_decay)], "weight_decay": 0.0},
         ]
         optimizer = torch.optim.AdamW(groups, lr=self.lr)
@@ -39,8 +41,11 @@ class QAModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
         # plain Python values only: checkpoints load with torch's weights-only unpickler
-        checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "python": random.getstate(),
-                                    "numpy": [kind, keys.tolist(), position, has_gauss, cached_gaussian]}
+        checkpoint["rng_states"] = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": [kind, keys.tolist(), position, has_gauss, cached_gaussian],
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         states = checkpoint.get("rng_states")

@@ -17,13 +17,27 @@ from musique_models.evaluation.predictions import Prediction
 from musique_models.features.context import ANSWER_TYPES
 
 # Columns of the per-window table that crosses processes (floats): see `window_outputs`.
-WINDOW_COLUMNS = ("feature_row", "example_row", "span_score", "char_start", "char_end", "answerable_prob",
-                  "type_span", "type_yes", "type_no")
+WINDOW_COLUMNS = (
+    "feature_row",
+    "example_row",
+    "span_score",
+    "char_start",
+    "char_end",
+    "answerable_prob",
+    "type_span",
+    "type_yes",
+    "type_no",
+)
 MARKER_COLUMNS = ("feature_row", "example_row", "paragraph_idx", "support_prob")
 
 
-def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, offsets: torch.Tensor,
-               max_answer_tokens: int, n_best: int = 20) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def best_spans(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    offsets: torch.Tensor,
+    max_answer_tokens: int,
+    n_best: int = 20,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Best (start, end) token pair per window: both in the context and in the same paragraph (no marker
     between them), end >= start, at most `max_answer_tokens` long.
 
@@ -45,13 +59,18 @@ def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, offsets: to
     return scores.flatten(1)[rows, best], starts[rows, best // n], ends[rows, best % n]
 
 
-def window_outputs(batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor],
-                   max_answer_tokens: int, single_support: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def window_outputs(
+    batch: dict[str, torch.Tensor],
+    outputs: dict[str, torch.Tensor],
+    max_answer_tokens: int,
+    single_support: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-window and per-marker tables (float64, columns `WINDOW_COLUMNS`, `MARKER_COLUMNS`) of a batch.
     Support probabilities are per-marker sigmoids, or with `single_support` a softmax over the window's markers."""
     offsets = batch["offset_mapping"]
-    score, start, end = best_spans(outputs["start_logits"].float(), outputs["end_logits"].float(), offsets,
-                                   max_answer_tokens)
+    score, start, end = best_spans(
+        outputs["start_logits"].float(), outputs["end_logits"].float(), offsets, max_answer_tokens
+    )
     rows = torch.arange(len(start), device=start.device)
     char_start = offsets[rows, start, 0].double()
     char_end = offsets[rows, end, 1].double()
@@ -59,16 +78,36 @@ def window_outputs(batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tens
     char_start[no_span], char_end[no_span] = -1, -1
     answerable = torch.sigmoid(outputs["answerable_logit"].float()).double()
     types = torch.softmax(outputs["type_logits"].float(), dim=-1).double()
-    windows = torch.stack([batch["feature_row"].double(), batch["example_row"].double(),
-                           score.double().nan_to_num(neginf=-1e30), char_start, char_end, answerable,
-                           types[:, 0], types[:, 1], types[:, 2]], dim=1)
+    windows = torch.stack(
+        [
+            batch["feature_row"].double(),
+            batch["example_row"].double(),
+            score.double().nan_to_num(neginf=-1e30),
+            char_start,
+            char_end,
+            answerable,
+            types[:, 0],
+            types[:, 1],
+            types[:, 2],
+        ],
+        dim=1,
+    )
     mask = batch["marker_mask"]
     logits = outputs["support_logits"].float()
-    support = (torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0) if single_support
-               else torch.sigmoid(logits)).double()
-    markers = torch.stack([batch["feature_row"][:, None].expand_as(mask).double()[mask],
-                           batch["example_row"][:, None].expand_as(mask).double()[mask],
-                           batch["marker_paragraph_idx"].double()[mask], support[mask]], dim=1)
+    support = (
+        torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
+        if single_support
+        else torch.sigmoid(logits)
+    ).double()
+    markers = torch.stack(
+        [
+            batch["feature_row"][:, None].expand_as(mask).double()[mask],
+            batch["example_row"][:, None].expand_as(mask).double()[mask],
+            batch["marker_paragraph_idx"].double()[mask],
+            support[mask],
+        ],
+        dim=1,
+    )
     return windows, markers
 
 
@@ -80,10 +119,17 @@ class _Question:
     support: dict[int, float] = field(default_factory=dict)
 
 
-def decode_predictions(windows: torch.Tensor, markers: torch.Tensor, example_ids: Sequence[str],
-                       context_of: Callable[[int], str], *, support_threshold: float = 0.5,
-                       use_answerability: bool = False, use_answer_type: bool = False,
-                       single_support: bool = False) -> list[Prediction]:
+def decode_predictions(
+    windows: torch.Tensor,
+    markers: torch.Tensor,
+    example_ids: Sequence[str],
+    context_of: Callable[[int], str],
+    *,
+    support_threshold: float = 0.5,
+    use_answerability: bool = False,
+    use_answer_type: bool = False,
+    single_support: bool = False,
+) -> list[Prediction]:
     """One prediction per example row (rows 0..len(example_ids)-1, in order) from the gathered tables.
 
     Supporting paragraphs: those whose probability exceeds `support_threshold`, or with `single_support` the
@@ -123,6 +169,9 @@ def decode_predictions(windows: torch.Tensor, markers: torch.Tensor, example_ids
             support = [max(question.support, key=question.support.__getitem__)] if question.support else []
         else:
             support = sorted(idx for idx, probability in question.support.items() if probability > support_threshold)
-        predictions.append(Prediction(id=question_id, predicted_answer=answer, predicted_support_idxs=support,
-                                      predicted_answerable=answerable))
+        predictions.append(
+            Prediction(
+                id=question_id, predicted_answer=answer, predicted_support_idxs=support, predicted_answerable=answerable
+            )
+        )
     return predictions

@@ -24,20 +24,33 @@ class End2EndReader(MultiParagraphAnswerer):
     markers global attention (`global_attention_mask`, built by the collator from the features'
     `global_positions`). Args as `MultiParagraphAnswerer`, plus `gradient_checkpointing`."""
 
-    def __init__(self, backbone: BackboneSpec, vocab_size: int, gradient_checkpointing: bool = True,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, backbone: BackboneSpec, vocab_size: int, gradient_checkpointing: bool = True, **kwargs: Any
+    ) -> None:
         super().__init__(backbone, vocab_size, **kwargs)
         if self.encoder.config.model_type != "longformer":
-            raise BackboneError(f"End2End needs a Longformer backbone (longformer_base, longformer_large, "
-                                f"minilm_long, tiny_longformer); {backbone.name!r} is a {self.encoder.config.model_type}")
+            raise BackboneError(
+                f"End2End needs a Longformer backbone (longformer_base, longformer_large, "
+                f"minilm_long, tiny_longformer); {backbone.name!r} is a {self.encoder.config.model_type}"
+            )
         if gradient_checkpointing:
             # non-reentrant checkpointing works with DDP and with inputs that need no gradient
             self.encoder.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
 
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-               global_attention_mask: torch.Tensor | None = None, **_: torch.Tensor) -> torch.Tensor:
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        **_: torch.Tensor,
+    ) -> torch.Tensor:
         """Token states (B, T, H); `global_attention_mask` (B, T) is 1 on the question tokens and markers."""
         if global_attention_mask is None:
             raise ValueError("End2EndReader needs a global_attention_mask (features from featurize_end2end)")
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                            global_attention_mask=global_attention_mask).last_hidden_state
+        return self.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            global_attention_mask=global_attention_mask,
+        ).last_hidden_state

@@ -45,8 +45,9 @@ def position_offset(model_type: str, pad_token_id: int) -> int:
     return pad_token_id + 1 if model_type != "bert" else 0
 
 
-def extend_positions(source_table: torch.Tensor, source_offset: int, max_positions: int,
-                     pad_token_id: int) -> torch.Tensor:
+def extend_positions(
+    source_table: torch.Tensor, source_offset: int, max_positions: int, pad_token_id: int
+) -> torch.Tensor:
     """The Longformer position table: row `pad_token_id + 1 + i` is the source's learned position `i mod n`
     (n = the source's number of learned positions), for i < `max_positions`; rows up to the padding index are
     copied from the source's own rows where it has them (RoBERTa) or left at zero (BERT has none).
@@ -60,12 +61,13 @@ def extend_positions(source_table: torch.Tensor, source_offset: int, max_positio
         table[:source_offset] = source_table[:source_offset]
     for start in range(0, max_positions, len(learned)):
         block = min(len(learned), max_positions - start)
-        table[offset + start: offset + start + block] = learned[:block]
+        table[offset + start : offset + start + block] = learned[:block]
     return table
 
 
-def convert_to_longformer(source: str | Path, output_dir: str | Path, max_positions: int = 4096,
-                          attention_window: int = 512) -> Path:
+def convert_to_longformer(
+    source: str | Path, output_dir: str | Path, max_positions: int = 4096, attention_window: int = 512
+) -> Path:
     """Convert the checkpoint folder `source` into a Longformer folder at `output_dir` (see the module docstring).
 
     `max_positions` is the longest input (in tokens) the new model reads; `attention_window` (even) the size of
@@ -76,20 +78,28 @@ def convert_to_longformer(source: str | Path, output_dir: str | Path, max_positi
     source_model = AutoModel.from_pretrained(str(source))
     source_config = source_model.config
     if source_config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise ConversionError(f"{source}: model type {source_config.model_type!r} cannot be converted "
-                              f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+        raise ConversionError(
+            f"{source}: model type {source_config.model_type!r} cannot be converted "
+            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
     if getattr(source_config, "position_embedding_type", "absolute") != "absolute":
         raise ConversionError(f"{source}: only learned absolute position embeddings can be extended")
     pad_token_id = source_config.pad_token_id if source_config.pad_token_id is not None else 0
     config = LongformerConfig(
-        vocab_size=source_config.vocab_size, hidden_size=source_config.hidden_size,
-        num_hidden_layers=source_config.num_hidden_layers, num_attention_heads=source_config.num_attention_heads,
-        intermediate_size=source_config.intermediate_size, hidden_act=source_config.hidden_act,
+        vocab_size=source_config.vocab_size,
+        hidden_size=source_config.hidden_size,
+        num_hidden_layers=source_config.num_hidden_layers,
+        num_attention_heads=source_config.num_attention_heads,
+        intermediate_size=source_config.intermediate_size,
+        hidden_act=source_config.hidden_act,
         hidden_dropout_prob=source_config.hidden_dropout_prob,
         attention_probs_dropout_prob=source_config.attention_probs_dropout_prob,
-        type_vocab_size=source_config.type_vocab_size, initializer_range=source_config.initializer_range,
-        layer_norm_eps=source_config.layer_norm_eps, pad_token_id=pad_token_id,
-        bos_token_id=source_config.bos_token_id, eos_token_id=source_config.eos_token_id,
+        type_vocab_size=source_config.type_vocab_size,
+        initializer_range=source_config.initializer_range,
+        layer_norm_eps=source_config.layer_norm_eps,
+        pad_token_id=pad_token_id,
+        bos_token_id=source_config.bos_token_id,
+        eos_token_id=source_config.eos_token_id,
         sep_token_id=getattr(source_config, "sep_token_id", None),
         max_position_embeddings=pad_token_id + 1 + max_positions,
         attention_window=[attention_window] * source_config.num_hidden_layers,
@@ -106,10 +116,19 @@ def convert_to_longformer(source: str | Path, output_dir: str | Path, max_positi
         tokenizer = AutoTokenizer.from_pretrained(str(source), use_fast=True)
         tokenizer.model_max_length = max_positions
         tokenizer.save_pretrained(staging)
-        (staging / "conversion.json").write_text(json.dumps({
-            "source": str(source), "source_model_type": source_config.model_type,
-            "source_positions": source_config.max_position_embeddings, "max_positions": max_positions,
-            "attention_window": attention_window, "code": code_fingerprint(__name__)}, indent=2))
+        (staging / "conversion.json").write_text(
+            json.dumps(
+                {
+                    "source": str(source),
+                    "source_model_type": source_config.model_type,
+                    "source_positions": source_config.max_position_embeddings,
+                    "max_positions": max_positions,
+                    "attention_window": attention_window,
+                    "code": code_fingerprint(__name__),
+                },
+                indent=2,
+            )
+        )
         if output_dir.exists():
             shutil.rmtree(output_dir)
         os.replace(staging, output_dir)
@@ -123,12 +142,15 @@ def convert_to_longformer(source: str | Path, output_dir: str | Path, max_positi
 def _longformer_state(source_model: torch.nn.Module, pad_token_id: int, max_positions: int) -> dict[str, torch.Tensor]:
     """The Longformer state dict from a BERT-layout model: names kept, positions extended, global projections
     copied from the local ones."""
-    state = {name: tensor.detach().clone() for name, tensor in source_model.state_dict().items()
-             if not name.endswith("position_ids")
-             and not name.endswith("token_type_ids")}  # registered buffers Longformer rebuilds itself
+    state = {
+        name: tensor.detach().clone()
+        for name, tensor in source_model.state_dict().items()
+        if not name.endswith("position_ids") and not name.endswith("token_type_ids")
+    }  # registered buffers Longformer rebuilds itself
     key = "embeddings.position_embeddings.weight"
-    state[key] = extend_positions(state[key], position_offset(source_model.config.model_type, pad_token_id),
-                                  max_positions, pad_token_id)
+    state[key] = extend_positions(
+        state[key], position_offset(source_model.config.model_type, pad_token_id), max_positions, pad_token_id
+    )
     for name in list(state):
         for projection in ("query", "key", "value"):
             marker = f".attention.self.{projection}."
@@ -141,8 +163,12 @@ def ensure_converted(source: str | Path, output_dir: str | Path, max_positions: 
     """`output_dir` holding `source` converted with these settings: built on first use, reused afterwards (and
     rebuilt when the settings, the source or the converter changed)."""
     output_dir = Path(output_dir)
-    wanted = {"source": str(source), "max_positions": max_positions, "attention_window": attention_window,
-              "code": code_fingerprint(__name__)}
+    wanted = {
+        "source": str(source),
+        "max_positions": max_positions,
+        "attention_window": attention_window,
+        "code": code_fingerprint(__name__),
+    }
     record = output_dir / "conversion.json"
     if record.exists():
         found = json.loads(record.read_text())

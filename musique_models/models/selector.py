@@ -30,8 +30,15 @@ class ParagraphSelector(QAModule):
         top_k: the K the answerer reads; `val/recall_at_k` is logged for it (and for 2, 3, 5, 7).
     """
 
-    def __init__(self, backbone: BackboneSpec, vocab_size: int, top_k: int = 7, lr: float = 2e-5,
-                 weight_decay: float = 0.0, warmup_ratio: float = 0.1) -> None:
+    def __init__(
+        self,
+        backbone: BackboneSpec,
+        vocab_size: int,
+        top_k: int = 7,
+        lr: float = 2e-5,
+        weight_decay: float = 0.0,
+        warmup_ratio: float = 0.1,
+    ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio)
         self.save_hyperparameters()
         self.encoder = load_encoder(backbone, vocab_size)
@@ -40,11 +47,13 @@ class ParagraphSelector(QAModule):
         self.top_k = top_k
         self.val_ranking = RankingMetric(ks=sorted({2, 3, 5, 7, top_k}))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Relevance logits, shape (batch,)."""
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state  # (batch, tokens, hidden)
+        hidden = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state  # (batch, tokens, hidden)
         return self.score_head(pool(hidden, attention_mask, self.pooling)).squeeze(-1)
 
     def _logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -69,8 +78,12 @@ class ParagraphSelector(QAModule):
         self.log("val/recall_at_k", metrics[f"recall_at_{self.top_k}"], prog_bar=True, sync_dist=True)
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
-        return {"example_row": batch["example_row"], "paragraph_idx": batch["paragraph_idx"],
-                "score": self._logits(batch).float(), "label": batch["label"]}
+        return {
+            "example_row": batch["example_row"],
+            "paragraph_idx": batch["paragraph_idx"],
+            "score": self._logits(batch).float(),
+            "label": batch["label"],
+        }
 
 
 def load_selector(checkpoint: str) -> ParagraphSelector:
@@ -83,12 +96,16 @@ def load_selector(checkpoint: str) -> ParagraphSelector:
     except (TypeError, RuntimeError, KeyError) as error:
         stored = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
         heads = sorted({key.split(".")[0] for key in stored.get("state_dict", {}) if not key.startswith("encoder.")})
-        raise MusiqueModelsError(f"{checkpoint} is not a paragraph selector's checkpoint (its heads: "
-                                 f"{', '.join(heads) or 'none'}; a selector has score_head). Pass "
-                                 "<run>/selector/checkpoints/best.ckpt as model.selector_checkpoint") from error
+        raise MusiqueModelsError(
+            f"{checkpoint} is not a paragraph selector's checkpoint (its heads: "
+            f"{', '.join(heads) or 'none'}; a selector has score_head). Pass "
+            "<run>/selector/checkpoints/best.ckpt as model.selector_checkpoint"
+        ) from error
 
 
-def rank_paragraphs(rows: Sequence[int], paragraph_idxs: Sequence[int], scores: Sequence[float]) -> dict[int, list[int]]:
+def rank_paragraphs(
+    rows: Sequence[int], paragraph_idxs: Sequence[int], scores: Sequence[float]
+) -> dict[int, list[int]]:
     """Paragraph idx of each example row, best score first (ties: lower idx first)."""
     by_row: dict[int, list[tuple[float, int]]] = {}
     for row, idx, score in zip(rows, paragraph_idxs, scores):
@@ -111,10 +128,12 @@ class RankingMetric(Metric):
         self.ks = list(ks)
         self.add_state("rows", default=[], dist_reduce_fx="cat")  # (n, 4): row, idx, score, label
 
-    def update(self, rows: torch.Tensor, paragraph_idxs: torch.Tensor, scores: torch.Tensor,
-               labels: torch.Tensor) -> None:
-        self.rows.append(torch.stack([rows.double(), paragraph_idxs.double(), scores.detach().double(),
-                                      labels.double()], dim=1))
+    def update(
+        self, rows: torch.Tensor, paragraph_idxs: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor
+    ) -> None:
+        self.rows.append(
+            torch.stack([rows.double(), paragraph_idxs.double(), scores.detach().double(), labels.double()], dim=1)
+        )
 
     def compute(self) -> dict[str, torch.Tensor]:
         unique: dict[tuple[int, int], tuple[float, bool]] = {}
@@ -130,6 +149,6 @@ class RankingMetric(Metric):
         for k in self.ks:
             recalls = [len(set(rankings[row][:k]) & gold[row]) / len(gold[row]) for row in scored]
             metrics[f"recall_at_{k}"] = sum(recalls) / len(recalls) if recalls else 0.0
-        f1s = [support_scores(rankings[row][:len(gold[row])], gold[row]).f1 for row in scored]
+        f1s = [support_scores(rankings[row][: len(gold[row])], gold[row]).f1 for row in scored]
         metrics["rank_f1"] = sum(f1s) / len(f1s) if f1s else 0.0
         return {name: torch.tensor(value) for name, value in metrics.items()}

@@ -29,8 +29,14 @@ class End2End:
     from the dataset (250 MuSiQue, 300 HotpotQA, 500 2Wiki).
     """
 
-    def __init__(self, reader: DictConfig, empty_question: bool = False, eval_batch_size: int = 2,
-                 num_workers: int = 0, name: str = "end2end") -> None:
+    def __init__(
+        self,
+        reader: DictConfig,
+        empty_question: bool = False,
+        eval_batch_size: int = 2,
+        num_workers: int = 0,
+        name: str = "end2end",
+    ) -> None:
         self.name = name
         self.reader_cfg = reader
         self.empty_question = empty_question
@@ -42,28 +48,44 @@ class End2End:
         backbone: BackboneSpec = instantiate(cfg.backbone)
         tokenizer = load_tokenizer(backbone)
         include_title = bool(cfg.dataset.get("include_title", False))
-        settings = {"max_question_tokens": self.reader_cfg.max_question_tokens,
-                    "max_paragraph_tokens": self.reader_cfg.max_paragraph_tokens,
-                    "max_length": min(self.reader_cfg.max_length, backbone.max_length),
-                    "include_title": include_title, "empty_question": self.empty_question}
+        settings = {
+            "max_question_tokens": self.reader_cfg.max_question_tokens,
+            "max_paragraph_tokens": self.reader_cfg.max_paragraph_tokens,
+            "max_length": min(self.reader_cfg.max_length, backbone.max_length),
+            "include_title": include_title,
+            "empty_question": self.empty_question,
+        }
         cache = f"{cfg.paths.cache_dir}/features"
         train_table, eval_table = _in_dataset_order(context.train), _in_dataset_order(context.evaluation)
         train_rows = featurize(train_table, featurize_end2end, tokenizer, cache, f"{self.name}-train", **settings)
         eval_rows = featurize(eval_table, featurize_end2end, tokenizer, cache, f"{self.name}-eval", **settings)
         reader = End2EndReader(
-            backbone, len(tokenizer), gradient_checkpointing=self.reader_cfg.gradient_checkpointing,
+            backbone,
+            len(tokenizer),
+            gradient_checkpointing=self.reader_cfg.gradient_checkpointing,
             answerability_head=context.has_unanswerable,
-            answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)), lr=self.reader_cfg.lr,
-            warmup_ratio=self.reader_cfg.warmup_ratio, max_answer_tokens=self.reader_cfg.max_answer_tokens,
-            single_support=self.reader_cfg.single_support)
-        data = QADataModule.for_tokenizer(tokenizer, train_rows, eval_rows, batch_size=self.reader_cfg.micro_batch_size,
-                                          eval_batch_size=self.eval_batch_size, num_workers=self.num_workers,
-                                          seed=cfg.seed)
-        return fit_and_predict_reader(self.name, reader, data, context, self.reader_cfg,
-                                      ContextBuilder(eval_table, include_title))
+            answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)),
+            lr=self.reader_cfg.lr,
+            warmup_ratio=self.reader_cfg.warmup_ratio,
+            max_answer_tokens=self.reader_cfg.max_answer_tokens,
+            single_support=self.reader_cfg.single_support,
+        )
+        data = QADataModule.for_tokenizer(
+            tokenizer,
+            train_rows,
+            eval_rows,
+            batch_size=self.reader_cfg.micro_batch_size,
+            eval_batch_size=self.eval_batch_size,
+            num_workers=self.num_workers,
+            seed=cfg.seed,
+        )
+        return fit_and_predict_reader(
+            self.name, reader, data, context, self.reader_cfg, ContextBuilder(eval_table, include_title)
+        )
 
 
 def _in_dataset_order(table: datasets.Dataset) -> datasets.Dataset:
     """The table with `selected_idxs` = every paragraph in dataset order (EE reads them all)."""
-    return table.add_column("selected_idxs", [[paragraph["idx"] for paragraph in paragraphs]
-                                              for paragraphs in table["paragraphs"]])
+    return table.add_column(
+        "selected_idxs", [[paragraph["idx"] for paragraph in paragraphs] for paragraphs in table["paragraphs"]]
+    )

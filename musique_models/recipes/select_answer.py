@@ -36,8 +36,16 @@ log = logging.getLogger(__name__)
 class SelectAnswer:
     """The two-stage recipe; see the module docstring. `selector` and `answerer` hold each stage's settings."""
 
-    def __init__(self, selector: DictConfig, answerer: DictConfig, top_k: int, selector_checkpoint: str | None = None,
-                 eval_batch_size: int = 32, num_workers: int = 0, name: str = "select_answer") -> None:
+    def __init__(
+        self,
+        selector: DictConfig,
+        answerer: DictConfig,
+        top_k: int,
+        selector_checkpoint: str | None = None,
+        eval_batch_size: int = 32,
+        num_workers: int = 0,
+        name: str = "select_answer",
+    ) -> None:
         self.name = name
         self.selector_cfg = selector
         self.answerer_cfg = answerer
@@ -46,12 +54,27 @@ class SelectAnswer:
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
 
-    def _datamodule(self, stage_cfg: DictConfig, tokenizer: Any, seed: int, train: datasets.Dataset | None,
-                    evaluation: datasets.Dataset | None, predict_on: datasets.Dataset | None = None,
-                    train_subset: BalancedNegatives | None = None) -> QADataModule:
-        return QADataModule.for_tokenizer(tokenizer, train, evaluation, predict_on, batch_size=stage_cfg.micro_batch_size,
-                                          eval_batch_size=self.eval_batch_size, num_workers=self.num_workers, seed=seed,
-                                          train_subset=train_subset)
+    def _datamodule(
+        self,
+        stage_cfg: DictConfig,
+        tokenizer: Any,
+        seed: int,
+        train: datasets.Dataset | None,
+        evaluation: datasets.Dataset | None,
+        predict_on: datasets.Dataset | None = None,
+        train_subset: BalancedNegatives | None = None,
+    ) -> QADataModule:
+        return QADataModule.for_tokenizer(
+            tokenizer,
+            train,
+            evaluation,
+            predict_on,
+            batch_size=stage_cfg.micro_batch_size,
+            eval_batch_size=self.eval_batch_size,
+            num_workers=self.num_workers,
+            seed=seed,
+            train_subset=train_subset,
+        )
 
     def run(self, context: RunContext) -> list[Prediction]:
         cfg, run_dir = context.cfg, context.run_dir
@@ -59,39 +82,63 @@ class SelectAnswer:
         tokenizer = load_tokenizer(backbone)
         cache = f"{cfg.paths.cache_dir}/features"
         include_title = bool(cfg.dataset.get("include_title", False))
-        selector_settings = {"max_length": min(self.selector_cfg.max_length, backbone.max_length),
-                             "include_title": include_title}
+        selector_settings = {
+            "max_length": min(self.selector_cfg.max_length, backbone.max_length),
+            "include_title": include_title,
+        }
 
         # Stage 1: the selector, trained on balanced pairs (each question's gold paragraphs and as many negatives,
         # drawn afresh every epoch), validated on every paragraph.
-        train_pairs = featurize(context.train, featurize_selector, tokenizer, cache, "selector-train", **selector_settings)
-        eval_pairs = featurize(context.evaluation, featurize_selector, tokenizer, cache, "selector-eval",
-                               **selector_settings)
+        train_pairs = featurize(
+            context.train, featurize_selector, tokenizer, cache, "selector-train", **selector_settings
+        )
+        eval_pairs = featurize(
+            context.evaluation, featurize_selector, tokenizer, cache, "selector-eval", **selector_settings
+        )
         if self.selector_checkpoint:
             selector = load_selector(self.selector_checkpoint)
         else:
-            selector = ParagraphSelector(backbone, len(tokenizer), top_k=self.top_k, lr=self.selector_cfg.lr,
-                                         warmup_ratio=self.selector_cfg.warmup_ratio)
+            selector = ParagraphSelector(
+                backbone,
+                len(tokenizer),
+                top_k=self.top_k,
+                lr=self.selector_cfg.lr,
+                warmup_ratio=self.selector_cfg.warmup_ratio,
+            )
             balanced = BalancedNegatives(train_pairs["label"], train_pairs["example_row"], cfg.seed)
-            selector_data = self._datamodule(self.selector_cfg, tokenizer, cfg.seed, train_pairs, eval_pairs,
-                                             train_subset=balanced)
-            result = run_stage("selector", selector, selector_data, cfg, self.selector_cfg, run_dir,
-                               monitor="val/recall_at_k", shared_loggers=context.loggers)
+            selector_data = self._datamodule(
+                self.selector_cfg, tokenizer, cfg.seed, train_pairs, eval_pairs, train_subset=balanced
+            )
+            result = run_stage(
+                "selector",
+                selector,
+                selector_data,
+                cfg,
+                self.selector_cfg,
+                run_dir,
+                monitor="val/recall_at_k",
+                shared_loggers=context.loggers,
+            )
             selector = ParagraphSelector.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
 
         # Rank every paragraph of both splits with the best selector (its test: recall@K on the evaluation split).
         selected = {}
         for split, pairs, table in (("train", train_pairs, context.train), ("eval", eval_pairs, context.evaluation)):
-            outputs = predict(selector, self._datamodule(self.selector_cfg, tokenizer, cfg.seed, None, None, pairs), cfg)
+            outputs = predict(
+                selector, self._datamodule(self.selector_cfg, tokenizer, cfg.seed, None, None, pairs), cfg
+            )
             columns = {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
-            rankings = rank_paragraphs(columns["example_row"].tolist(), columns["paragraph_idx"].tolist(),
-                                       columns["score"].tolist())
+            rankings = rank_paragraphs(
+                columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
+            )
             selected[split] = [rankings[row][: self.top_k] for row in range(len(table))]
             ranking_metric = RankingMetric(ks=sorted({2, 3, 5, 7, self.top_k}))
             ranking_metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
             metrics = {name: float(value) for name, value in ranking_metric.compute().items()}
-            write_json(run_dir / "selector" / f"ranking_{split}.json",
-                       {"top_k": self.top_k, "metrics": metrics, "rankings": [rankings[row] for row in range(len(table))]})
+            write_json(
+                run_dir / "selector" / f"ranking_{split}.json",
+                {"top_k": self.top_k, "metrics": metrics, "rankings": [rankings[row] for row in range(len(table))]},
+            )
             if split == "eval":
                 for logger in context.loggers:
                     logger.log_metrics({f"selector/test/{name}": value for name, value in metrics.items()})
@@ -100,16 +147,25 @@ class SelectAnswer:
         # Stage 2: the answerer, on the selector's own top-K.
         train_table = context.train.add_column("selected_idxs", selected["train"])
         eval_table = context.evaluation.add_column("selected_idxs", selected["eval"])
-        answerer_settings = {"max_length": min(self.answerer_cfg.max_length, backbone.max_length),
-                             "stride": self.answerer_cfg.stride, "include_title": include_title}
-        train_windows = featurize(train_table, featurize_answerer, tokenizer, cache, "answerer-train", **answerer_settings)
+        answerer_settings = {
+            "max_length": min(self.answerer_cfg.max_length, backbone.max_length),
+            "stride": self.answerer_cfg.stride,
+            "include_title": include_title,
+        }
+        train_windows = featurize(
+            train_table, featurize_answerer, tokenizer, cache, "answerer-train", **answerer_settings
+        )
         eval_windows = featurize(eval_table, featurize_answerer, tokenizer, cache, "answerer-eval", **answerer_settings)
         answerer = MultiParagraphAnswerer(
-            backbone, len(tokenizer), answerability_head=context.has_unanswerable,
-            answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)), lr=self.answerer_cfg.lr,
-            warmup_ratio=self.answerer_cfg.warmup_ratio, max_answer_tokens=self.answerer_cfg.max_answer_tokens)
+            backbone,
+            len(tokenizer),
+            answerability_head=context.has_unanswerable,
+            answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)),
+            lr=self.answerer_cfg.lr,
+            warmup_ratio=self.answerer_cfg.warmup_ratio,
+            max_answer_tokens=self.answerer_cfg.max_answer_tokens,
+        )
         answerer_data = self._datamodule(self.answerer_cfg, tokenizer, cfg.seed, train_windows, eval_windows)
-        return fit_and_predict_reader("answerer", answerer, answerer_data, context, self.answerer_cfg,
-                                      ContextBuilder(eval_table, include_title))
-
-
+        return fit_and_predict_reader(
+            "answerer", answerer, answerer_data, context, self.answerer_cfg, ContextBuilder(eval_table, include_title)
+        )

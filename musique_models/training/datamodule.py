@@ -18,24 +18,46 @@ from musique_models.io import code_fingerprint
 from musique_models.training.loaders import BalancedNegatives, BucketBatchSampler, PaddingCollator, ResumableDataLoader
 
 
-def featurize(table: datasets.Dataset, function: Callable[..., dict[str, Any]], tokenizer: PreTrainedTokenizerFast,
-              cache_dir: str | Path, name: str, batch_size: int = 256, features: datasets.Features | None = None,
-              **settings: Any) -> datasets.Dataset:
+def featurize(
+    table: datasets.Dataset,
+    function: Callable[..., dict[str, Any]],
+    tokenizer: PreTrainedTokenizerFast,
+    cache_dir: str | Path,
+    name: str,
+    batch_size: int = 256,
+    features: datasets.Features | None = None,
+    **settings: Any,
+) -> datasets.Dataset:
     """`table.map(function, batched=True)` cached on disk, keyed by the input's fingerprint, the tokenizer,
     the function, its settings and the source code of the featurisers (an edited featuriser never reuses stale
     features). Declared `features` spare `datasets` inferring the column types of every
     batch."""
-    key = json.dumps({"input": table._fingerprint, "function": f"{function.__module__}.{function.__qualname__}",
-                      "code": code_fingerprint("musique_models.features", function.__module__),
-                      "tokenizer": tokenizer.name_or_path, "vocab": len(tokenizer), "settings": settings},
-                     sort_keys=True, default=str)
+    key = json.dumps(
+        {
+            "input": table._fingerprint,
+            "function": f"{function.__module__}.{function.__qualname__}",
+            "code": code_fingerprint("musique_models.features", function.__module__),
+            "tokenizer": tokenizer.name_or_path,
+            "vocab": len(tokenizer),
+            "settings": settings,
+        },
+        sort_keys=True,
+        default=str,
+    )
     fingerprint = hashlib.sha256(key.encode()).hexdigest()[:24]
     cache_file = Path(cache_dir) / f"{name}-{fingerprint}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     features = table.map(
-        function, batched=True, batch_size=batch_size, with_indices=True, remove_columns=table.column_names,
-        fn_kwargs={"tokenizer": tokenizer, **settings}, cache_file_name=str(cache_file), new_fingerprint=fingerprint,
-        desc=f"featurising {name}", features=features or getattr(function, "output_features", None),
+        function,
+        batched=True,
+        batch_size=batch_size,
+        with_indices=True,
+        remove_columns=table.column_names,
+        fn_kwargs={"tokenizer": tokenizer, **settings},
+        cache_file_name=str(cache_file),
+        new_fingerprint=fingerprint,
+        desc=f"featurising {name}",
+        features=features or getattr(function, "output_features", None),
     )
     return features
 
@@ -54,7 +76,9 @@ class IndexedRows(torch.utils.data.Dataset):
 
     def __getitems__(self, rows: list[int]) -> list[dict[str, Any]]:
         columns = self.table[rows]
-        return [{**{key: values[i] for key, values in columns.items()}, "feature_row": row} for i, row in enumerate(rows)]
+        return [
+            {**{key: values[i] for key, values in columns.items()}, "feature_row": row} for i, row in enumerate(rows)
+        ]
 
 
 class QADataModule(pl.LightningDataModule):
@@ -73,10 +97,19 @@ class QADataModule(pl.LightningDataModule):
         train_subset: draws each epoch's training rows (balanced negatives) instead of using all of them.
     """
 
-    def __init__(self, train: datasets.Dataset | None, evaluation: datasets.Dataset | None,
-                 predict: datasets.Dataset | None, pad_token_id: int, batch_size: int = 8,
-                 eval_batch_size: int = 32, num_workers: int = 0, seed: int = 42,
-                 segment_sep_id: int | None = None, train_subset: BalancedNegatives | None = None) -> None:
+    def __init__(
+        self,
+        train: datasets.Dataset | None,
+        evaluation: datasets.Dataset | None,
+        predict: datasets.Dataset | None,
+        pad_token_id: int,
+        batch_size: int = 8,
+        eval_batch_size: int = 32,
+        num_workers: int = 0,
+        seed: int = 42,
+        segment_sep_id: int | None = None,
+        train_subset: BalancedNegatives | None = None,
+    ) -> None:
         super().__init__()
         self.train_subset = train_subset
         self.train, self.evaluation, self.predict = train, evaluation, predict
@@ -87,9 +120,14 @@ class QADataModule(pl.LightningDataModule):
         self._train_position: dict[str, int] | None = None
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: PreTrainedTokenizerFast, train: datasets.Dataset | None,
-                      evaluation: datasets.Dataset | None, predict: datasets.Dataset | None = None,
-                      **kwargs: Any) -> QADataModule:
+    def for_tokenizer(
+        cls,
+        tokenizer: PreTrainedTokenizerFast,
+        train: datasets.Dataset | None,
+        evaluation: datasets.Dataset | None,
+        predict: datasets.Dataset | None = None,
+        **kwargs: Any,
+    ) -> QADataModule:
         """A datamodule padding with `tokenizer`'s pad id, with segment ids for encoders that use them (BERT)."""
         segment_sep_id = tokenizer.sep_token_id if "token_type_ids" in tokenizer.model_input_names else None
         return cls(train, evaluation, predict, tokenizer.pad_token_id, segment_sep_id=segment_sep_id, **kwargs)
@@ -107,11 +145,17 @@ class QADataModule(pl.LightningDataModule):
         return torch.Generator().manual_seed(self.seed)
 
     def train_dataloader(self) -> DataLoader:
-        sampler = BucketBatchSampler(self._lengths(self.train), self.batch_size, shuffle=True, seed=self.seed,
-                                     subset=self.train_subset)
-        self._train_loader = ResumableDataLoader(self._columns(self.train), sampler, collate_fn=self.collator,
-                                                 num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
-                                                 generator=self._generator())
+        sampler = BucketBatchSampler(
+            self._lengths(self.train), self.batch_size, shuffle=True, seed=self.seed, subset=self.train_subset
+        )
+        self._train_loader = ResumableDataLoader(
+            self._columns(self.train),
+            sampler,
+            collate_fn=self.collator,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            generator=self._generator(),
+        )
         if self._train_position is not None:
             self._train_loader.load_state_dict(self._train_position)
         return self._train_loader
@@ -129,8 +173,13 @@ class QADataModule(pl.LightningDataModule):
 
     def _ordered_loader(self, table: datasets.Dataset) -> DataLoader:
         sampler = BucketBatchSampler(self._lengths(table), self.eval_batch_size, shuffle=False)
-        return DataLoader(self._columns(table), batch_sampler=sampler, collate_fn=self.collator,
-                          num_workers=self.num_workers, generator=self._generator())
+        return DataLoader(
+            self._columns(table),
+            batch_sampler=sampler,
+            collate_fn=self.collator,
+            num_workers=self.num_workers,
+            generator=self._generator(),
+        )
 
     def val_dataloader(self) -> DataLoader:
         return self._ordered_loader(self.evaluation)

@@ -17,8 +17,16 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
 # Tensor columns padded per batch; the value each is padded with.
-PAD_VALUES = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "offset_start": -1, "offset_end": -1,
-              "marker_positions": 0, "marker_paragraph_idx": -1, "support_labels": 0.0}
+PAD_VALUES = {
+    "input_ids": None,
+    "attention_mask": 0,
+    "token_type_ids": 0,
+    "offset_start": -1,
+    "offset_end": -1,
+    "marker_positions": 0,
+    "marker_paragraph_idx": -1,
+    "support_labels": 0.0,
+}
 FLOAT_COLUMNS = {"support_labels", "label"}
 
 
@@ -48,8 +56,11 @@ class PaddingCollator:
             lengths = torch.tensor([len(row["input_ids"]) for row in rows])
             batch["attention_mask"] = (torch.arange(batch["input_ids"].shape[1])[None, :] < lengths[:, None]).long()
             if self.segment_sep_id is not None and "token_type_ids" not in batch:
-                after_first_sep = torch.cumsum(batch["input_ids"] == self.segment_sep_id, dim=1) - (
-                    batch["input_ids"] == self.segment_sep_id).long() >= 1
+                after_first_sep = (
+                    torch.cumsum(batch["input_ids"] == self.segment_sep_id, dim=1)
+                    - (batch["input_ids"] == self.segment_sep_id).long()
+                    >= 1
+                )
                 batch["token_type_ids"] = (after_first_sep & batch["attention_mask"].bool()).long()
         if "offset_start" in batch:
             batch["offset_mapping"] = torch.stack([batch.pop("offset_start"), batch.pop("offset_end")], dim=-1)
@@ -59,7 +70,9 @@ class PaddingCollator:
         if "global_positions" in rows[0]:
             batch["global_attention_mask"] = torch.zeros_like(batch["input_ids"])
             for row, positions in enumerate(rows):
-                batch["global_attention_mask"][row, torch.as_tensor(positions["global_positions"], dtype=torch.long)] = 1
+                batch["global_attention_mask"][
+                    row, torch.as_tensor(positions["global_positions"], dtype=torch.long)
+                ] = 1
         return batch
 
 
@@ -109,8 +122,15 @@ class BucketBatchSampler(Sampler[list[int]]):
     every rank gets as many batches (the metrics drop repeated rows).
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0,
-                 bucket_batches: int = 50, subset: BalancedNegatives | None = None) -> None:
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        shuffle: bool,
+        seed: int = 0,
+        bucket_batches: int = 50,
+        subset: BalancedNegatives | None = None,
+    ) -> None:
         self.lengths = list(lengths)
         self.subset = subset
         self.batch_size = batch_size
@@ -124,15 +144,15 @@ class BucketBatchSampler(Sampler[list[int]]):
         """All batches of the current epoch, in order."""
         if not self.shuffle:
             order = sorted(range(len(self.lengths)), key=self.lengths.__getitem__)
-            return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         rows = self.subset.rows(self.epoch) if self.subset is not None else list(range(len(self.lengths)))
         order = [rows[i] for i in torch.randperm(len(rows), generator=generator).tolist()]
         chunk = self.batch_size * self.bucket_batches
         batches = []
         for start in range(0, len(order), chunk):
-            bucket = sorted(order[start:start + chunk], key=self.lengths.__getitem__)
-            batches += [bucket[i:i + self.batch_size] for i in range(0, len(bucket), self.batch_size)]
+            bucket = sorted(order[start : start + chunk], key=self.lengths.__getitem__)
+            batches += [bucket[i : i + self.batch_size] for i in range(0, len(bucket), self.batch_size)]
         permutation = torch.randperm(len(batches), generator=generator).tolist()
         return [batches[i] for i in permutation]
 
@@ -148,7 +168,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         if world > 1:
             per_rank = math.ceil(len(batches) / world)
             batches = (batches + batches[: per_rank * world - len(batches)])[rank::world]
-        batches = batches[self.skip_batches:]
+        batches = batches[self.skip_batches :]
         self.skip_batches = 0
         yield from batches
 

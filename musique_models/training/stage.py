@@ -33,8 +33,9 @@ class StageResult:
     best_checkpoint: str
 
 
-def stage_callbacks(cfg: DictConfig, checkpoint_dir: Path, monitor: str | None, mode: str,
-                    has_loggers: bool) -> list[pl.Callback]:
+def stage_callbacks(
+    cfg: DictConfig, checkpoint_dir: Path, monitor: str | None, mode: str, has_loggers: bool
+) -> list[pl.Callback]:
     """Every entry of the `callbacks` group, instantiated for one stage (a user's extra callback works as is).
 
     Per stage: an entry with a `dirpath` key writes under the stage's `checkpoints/` folder (its own value, when
@@ -74,16 +75,25 @@ def lightning_trainer_kwargs(cfg: DictConfig) -> dict[str, Any]:
     return trainer_cfg
 
 
-def build_trainer(cfg: DictConfig, stage_cfg: DictConfig, callbacks: list[pl.Callback], loggers: list[Logger],
-                  stage_dir: Path) -> pl.Trainer:
+def build_trainer(
+    cfg: DictConfig, stage_cfg: DictConfig, callbacks: list[pl.Callback], loggers: list[Logger], stage_dir: Path
+) -> pl.Trainer:
     """The Trainer of `cfg.trainer` with this stage's epochs, gradient accumulation and validation interval
     (`validate: false` in the stage config: no validation at all)."""
-    overrides: dict[str, Any] = {key: stage_cfg[key] for key in ("max_epochs", "accumulate_grad_batches",
-                                                                 "check_val_every_n_epoch") if stage_cfg.get(key)}
+    overrides: dict[str, Any] = {
+        key: stage_cfg[key]
+        for key in ("max_epochs", "accumulate_grad_batches", "check_val_every_n_epoch")
+        if stage_cfg.get(key)
+    }
     if not stage_cfg.get("validate", True):
         overrides["limit_val_batches"] = 0
-    return instantiate(lightning_trainer_kwargs(cfg), callbacks=callbacks, logger=loggers or False,
-                       default_root_dir=str(stage_dir), **overrides)
+    return instantiate(
+        lightning_trainer_kwargs(cfg),
+        callbacks=callbacks,
+        logger=loggers or False,
+        default_root_dir=str(stage_dir),
+        **overrides,
+    )
 
 
 def resolve_resume_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
@@ -92,8 +102,9 @@ def resolve_resume_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | No
     if ckpt_path is None:
         return None
     if ckpt_path == "last":
-        candidates = [path for path in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps" / "last.ckpt")
-                      if path.exists()]
+        candidates = [
+            path for path in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps" / "last.ckpt") if path.exists()
+        ]
         return str(max(candidates, key=lambda path: path.stat().st_mtime_ns)) if candidates else None
     return ckpt_path
 
@@ -110,13 +121,24 @@ def finished_stage(run_dir: Path, name: str) -> dict[str, Any] | None:
 
 def logged_steps_before(run_dir: Path, name: str) -> int:
     """Logger steps taken by the run's other finished stages: where stage `name`'s steps start."""
-    return sum(json.loads(marker.read_text()).get("logged_steps", 0)
-               for marker in run_dir.glob(f"*/{STAGE_FILE}") if marker.parent.name != name)
+    return sum(
+        json.loads(marker.read_text()).get("logged_steps", 0)
+        for marker in run_dir.glob(f"*/{STAGE_FILE}")
+        if marker.parent.name != name
+    )
 
 
-def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig,
-              stage_cfg: DictConfig, run_dir: Path, monitor: str, mode: str = "max",
-              shared_loggers: list[Logger] = ()) -> StageResult:
+def run_stage(
+    name: str,
+    module: pl.LightningModule,
+    datamodule: pl.LightningDataModule,
+    cfg: DictConfig,
+    stage_cfg: DictConfig,
+    run_dir: Path,
+    monitor: str,
+    mode: str = "max",
+    shared_loggers: list[Logger] = (),
+) -> StageResult:
     """Fit `module` as stage `name` in `run_dir/name`, resuming when `cfg.ckpt_path` says so; return its best
     weights.
 
@@ -152,16 +174,26 @@ def run_stage(name: str, module: pl.LightningModule, datamodule: pl.LightningDat
         else:
             resume_point.unlink(missing_ok=True)
     logged = trainer.fit_loop.epoch_loop._batches_that_stepped
-    write_json(stage_dir / STAGE_FILE, {"best_checkpoint": os.path.relpath(Path(best).resolve(), run_dir.resolve()),
-                                        "logged_steps": int(logged) + 1, "global_step": trainer.global_step})
+    write_json(
+        stage_dir / STAGE_FILE,
+        {
+            "best_checkpoint": os.path.relpath(Path(best).resolve(), run_dir.resolve()),
+            "logged_steps": int(logged) + 1,
+            "global_step": trainer.global_step,
+        },
+    )
     return StageResult(best)
 
 
 def predict(module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig) -> list[Any]:
     """Run prediction in this process on one device (the loaders cover the whole split, so nothing is lost)."""
     trainer_cfg = lightning_trainer_kwargs(cfg)
-    trainer = pl.Trainer(accelerator=trainer_cfg.get("accelerator", "auto"), devices=1,
-                         precision=trainer_cfg.get("precision", "32-true"), logger=False,
-                         enable_progress_bar=bool(trainer_cfg.get("enable_progress_bar", True)),
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator=trainer_cfg.get("accelerator", "auto"),
+        devices=1,
+        precision=trainer_cfg.get("precision", "32-true"),
+        logger=False,
+        enable_progress_bar=bool(trainer_cfg.get("enable_progress_bar", True)),
+        enable_model_summary=False,
+    )
     return trainer.predict(module, datamodule=datamodule)

@@ -17,8 +17,14 @@ SCRIPT = PROJECT_ROOT / "benchmarks" / "gpu_end2end_throughput.py"
 def test_gpu_script_runs_tiny_on_cpu(tmp_path: Path) -> None:
     output = tmp_path / "gpu_end2end.json"
     env = {key: value for key, value in os.environ.items() if key != "OUT"}  # OUT would redirect the JSON
-    result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--json", str(output)],
-                            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--json", str(output)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(output.read_text())
     assert results["tiny"] and results["gradient_checkpointing"]

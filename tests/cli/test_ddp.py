@@ -14,12 +14,30 @@ from musique_models import PROJECT_ROOT
 def test_ddp_sim_two_cpu_processes(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     result = subprocess.run(
-        [sys.executable, "train.py", "trainer=ddp_sim", "backbone=tiny", "dataset=musique_full", "dataset.sample=true",
-         "dataset.train_size=10", "eval_size=9", "model.selector.max_epochs=1", "model.answerer.max_epochs=1",
-         "model.selector.validate=true", "model.answerer.validate=true",
-         "trainer.enable_progress_bar=false", "logger=wandb", f"paths.cache_dir={tmp_path}/cache",
-         f"hydra.run.dir={tmp_path}/run"],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "train.py",
+            "trainer=ddp_sim",
+            "backbone=tiny",
+            "dataset=musique_full",
+            "dataset.sample=true",
+            "dataset.train_size=10",
+            "eval_size=9",
+            "model.selector.max_epochs=1",
+            "model.answerer.max_epochs=1",
+            "model.selector.validate=true",
+            "model.answerer.validate=true",
+            "trainer.enable_progress_bar=false",
+            "logger=wandb",
+            f"paths.cache_dir={tmp_path}/cache",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "distributed_backend=gloo" in result.stderr + result.stdout
     assert "All distributed processes registered. Starting with 2 processes" in result.stderr + result.stdout

@@ -13,16 +13,33 @@ import torch
 
 from musique_models import PROJECT_ROOT
 
-RUN = ["train.py", "backbone=tiny", "dataset.sample=true", "dataset.train_size=24", "eval_size=12",
-       "model.selector.max_epochs=1", "model.answerer.max_epochs=2", "model.answerer.micro_batch_size=2",
-       "model.answerer.accumulate_grad_batches=1", "callbacks=none", "callbacks.step_checkpoint.every_n_train_steps=2",
-       "trainer.enable_progress_bar=false", "logger=wandb"]
+RUN = [
+    "train.py",
+    "backbone=tiny",
+    "dataset.sample=true",
+    "dataset.train_size=24",
+    "eval_size=12",
+    "model.selector.max_epochs=1",
+    "model.answerer.max_epochs=2",
+    "model.answerer.micro_batch_size=2",
+    "model.answerer.accumulate_grad_batches=1",
+    "callbacks=none",
+    "callbacks.step_checkpoint.every_n_train_steps=2",
+    "trainer.enable_progress_bar=false",
+    "logger=wandb",
+]
 
 
 def _train(tmp_path: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    return subprocess.run([sys.executable, *RUN, f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={run_dir}", *extra],
-                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, *RUN, f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={run_dir}", *extra],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
@@ -30,8 +47,13 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(tmp_path: Pa
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
 
     killed_dir = tmp_path / "killed"
-    killed = _train(tmp_path, killed_dir, "+callbacks.killer._target_=tests.cli.killer.KillAtStep",
-                    "+callbacks.killer.step=5", "+callbacks.killer.stage=answerer")
+    killed = _train(
+        tmp_path,
+        killed_dir,
+        "+callbacks.killer._target_=tests.cli.killer.KillAtStep",
+        "+callbacks.killer.step=5",
+        "+callbacks.killer.stage=answerer",
+    )
     assert killed.returncode == -signal.SIGKILL
     assert not (killed_dir / "metrics.json").exists() and not (killed_dir / "predictions.jsonl").exists()
     assert not (killed_dir / "answerer/checkpoints/last.ckpt").exists()  # killed before its first validation
@@ -46,7 +68,9 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(tmp_path: Pa
     resumed = _train(tmp_path, killed_dir, "ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "stage selector already finished" in resumed.stderr + resumed.stdout
-    assert json.loads((killed_dir / "metrics.json").read_text()) == json.loads((tmp_path / "full/metrics.json").read_text())
+    assert json.loads((killed_dir / "metrics.json").read_text()) == json.loads(
+        (tmp_path / "full/metrics.json").read_text()
+    )
     assert (killed_dir / "predictions.jsonl").read_text() == (tmp_path / "full/predictions.jsonl").read_text()
     # the resumed run continued the same (offline) wandb run
     run_id = (killed_dir / "wandb_run_id.txt").read_text().strip()

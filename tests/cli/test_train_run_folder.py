@@ -19,14 +19,23 @@ from musique_models.errors import MusiqueModelsError
 from musique_models.models.selector import load_selector
 from tests.conftest import run_python
 
-TINY = ["backbone=tiny", "dataset.sample=true", "dataset.train_size=6", "eval_size=4", "model.eval_batch_size=64",
-        "model.selector.max_epochs=1", "model.answerer.max_epochs=1", "trainer.enable_progress_bar=false",
-        "logger=none"]
+TINY = [
+    "backbone=tiny",
+    "dataset.sample=true",
+    "dataset.train_size=6",
+    "eval_size=4",
+    "model.eval_batch_size=64",
+    "model.selector.max_epochs=1",
+    "model.answerer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "logger=none",
+]
 
 
 @pytest.mark.slow
-def test_resume_refuses_another_config_and_resumes_the_same_one_even_after_a_move(compose_train_cfg,
-                                                                                 tmp_path: Path) -> None:
+def test_resume_refuses_another_config_and_resumes_the_same_one_even_after_a_move(
+    compose_train_cfg, tmp_path: Path
+) -> None:
     first = tmp_path / "first"
     train(compose_train_cfg([*TINY, f"paths.output_dir={first}"]))
     assert json.loads((first / "status.json").read_text())["status"] == "finished"
@@ -67,23 +76,31 @@ def test_run_folder_keeps_status_log_and_only_weights(tmp_path: Path) -> None:
 
 
 def test_a_wrong_stage_checkpoint_is_refused_as_selector(tmp_path: Path) -> None:
-    torch.save({"state_dict": {"span_head.weight": torch.zeros(1), "encoder.x": torch.zeros(1)},
-                "hyper_parameters": {"answerability_head": True}}, tmp_path / "answerer.ckpt")
+    torch.save(
+        {
+            "state_dict": {"span_head.weight": torch.zeros(1), "encoder.x": torch.zeros(1)},
+            "hyper_parameters": {"answerability_head": True},
+        },
+        tmp_path / "answerer.ckpt",
+    )
     with pytest.raises(MusiqueModelsError, match="not a paragraph selector's checkpoint .*span_head"):
         load_selector(str(tmp_path / "answerer.ckpt"))
     with pytest.raises(MusiqueModelsError, match="no such file"):
         load_selector(str(tmp_path / "missing.ckpt"))
 
 
-@pytest.mark.parametrize(("arguments", "expected"), [
-    (["eval_split=test"], "has no such split"),
-    (["eval_size=0"], "positive number"),
-    (["trainer=gpu"], "no usable GPU"),
-    (["ckpt_path=last"], "holds no run"),
-    (["datset=x"], "Could not override 'datset'"),
-    (["model=nope"], "Could not find 'model/nope'"),
-    (["seed=${oops}"], "oops"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["eval_split=test"], "has no such split"),
+        (["eval_size=0"], "positive number"),
+        (["trainer=gpu"], "no usable GPU"),
+        (["ckpt_path=last"], "holds no run"),
+        (["datset=x"], "Could not override 'datset'"),
+        (["model=nope"], "Could not find 'model/nope'"),
+        (["seed=${oops}"], "oops"),
+    ],
+)
 def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expected: str, tmp_path: Path) -> None:
     if arguments == ["trainer=gpu"] and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -95,8 +112,10 @@ def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expect
 
 @pytest.mark.slow
 def test_a_hub_backbone_offline_says_it_needs_a_network(tmp_path: Path) -> None:
-    result = _train_py([*TINY, "backbone=roberta_large", f"hydra.run.dir={tmp_path}/run",
-                        f"paths.cache_dir={tmp_path}/cache"], env={"HF_HUB_OFFLINE": "1"})
+    result = _train_py(
+        [*TINY, "backbone=roberta_large", f"hydra.run.dir={tmp_path}/run", f"paths.cache_dir={tmp_path}/cache"],
+        env={"HF_HUB_OFFLINE": "1"},
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
     assert "needs a network" in line and "backbone.path" in line

@@ -19,15 +19,27 @@ def _musique_rows() -> list[dict[str, Any]]:
     return [json.loads(line) for line in (SAMPLES / "musique_ans/dev.jsonl").read_text().splitlines()[:3]]
 
 
-def _load(tmp_path: Path, rows_or_text: list[dict] | str, data_format: str = "musique", paired: bool = False,
-          name: str = "input.jsonl") -> None:
+def _load(
+    tmp_path: Path,
+    rows_or_text: list[dict] | str,
+    data_format: str = "musique",
+    paired: bool = False,
+    name: str = "input.jsonl",
+) -> None:
     path = tmp_path / name
     if isinstance(rows_or_text, str):
         path.write_text(rows_or_text)
     else:
         path.write_text("".join(json.dumps(row) + "\n" for row in rows_or_text))
-    source = DatasetSource(name="t", display_name="t", format=data_format, files={"dev": str(path)}, data_dir="/",
-                           cache_dir=str(tmp_path / "cache"), paired=paired)
+    source = DatasetSource(
+        name="t",
+        display_name="t",
+        format=data_format,
+        files={"dev": str(path)},
+        data_dir="/",
+        cache_dir=str(tmp_path / "cache"),
+        paired=paired,
+    )
     source.load("dev")
 
 
@@ -47,16 +59,22 @@ def test_malformed_json_names_file_and_line(tmp_path: Path) -> None:
     assert not list((tmp_path / "cache").glob("*.arrow"))  # nothing half-written is cached
 
 
-@pytest.mark.parametrize(("edit", "field", "reason"), [
-    (lambda r: r.pop("question"), "question", "missing field"),
-    (lambda r: r.pop("paragraphs"), "paragraphs", "missing field"),
-    (lambda r: r["paragraphs"][4].pop("paragraph_text"), "paragraphs[4].paragraph_text", "missing field"),
-    (lambda r: r.__setitem__("answerable", "yes"), "answerable", "expected bool, got str"),
-    (lambda r: r["paragraphs"][2].__setitem__("idx", "2"), "paragraphs[2].idx", "expected int, got str"),
-    (lambda r: r["question_decomposition"][0].__setitem__("paragraph_support_idx", True),
-     "question_decomposition[0].paragraph_support_idx", "got bool"),
-    (lambda r: r.__setitem__("answer_aliases", ["ok", 3]), "answer_aliases", "item 1 is int"),
-])
+@pytest.mark.parametrize(
+    ("edit", "field", "reason"),
+    [
+        (lambda r: r.pop("question"), "question", "missing field"),
+        (lambda r: r.pop("paragraphs"), "paragraphs", "missing field"),
+        (lambda r: r["paragraphs"][4].pop("paragraph_text"), "paragraphs[4].paragraph_text", "missing field"),
+        (lambda r: r.__setitem__("answerable", "yes"), "answerable", "expected bool, got str"),
+        (lambda r: r["paragraphs"][2].__setitem__("idx", "2"), "paragraphs[2].idx", "expected int, got str"),
+        (
+            lambda r: r["question_decomposition"][0].__setitem__("paragraph_support_idx", True),
+            "question_decomposition[0].paragraph_support_idx",
+            "got bool",
+        ),
+        (lambda r: r.__setitem__("answer_aliases", ["ok", 3]), "answer_aliases", "item 1 is int"),
+    ],
+)
 def test_missing_or_mistyped_field_names_field_and_id(tmp_path: Path, edit, field: str, reason: str) -> None:
     rows = _edit(edit)
     with pytest.raises(DataFormatError) as error:

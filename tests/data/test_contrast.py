@@ -12,7 +12,9 @@ from tests.conftest import SAMPLES
 def _check_pair(answerable, contrast) -> None:
     assert contrast.id == answerable.id and not contrast.answerable and answerable.answerable
     assert [p.idx for p in contrast.paragraphs] == [p.idx for p in answerable.paragraphs]
-    changed = [(a, c) for a, c in zip(answerable.paragraphs, contrast.paragraphs) if (a.title, a.text) != (c.title, c.text)]
+    changed = [
+        (a, c) for a, c in zip(answerable.paragraphs, contrast.paragraphs) if (a.title, a.text) != (c.title, c.text)
+    ]
     assert len(changed) == 1
     removed, distractor = changed[0]
     assert removed.is_supporting and not distractor.is_supporting
@@ -54,8 +56,20 @@ def test_contrast_is_reproducible_and_seed_dependent() -> None:
 def test_shipped_derived_full_sample_is_exactly_what_the_tool_writes(tmp_path: Path) -> None:
     for split, source in [("train", "musique_ans/train.json"), ("dev", "musique_ans/dev.jsonl")]:
         output = tmp_path / f"{split}.jsonl"
-        contrast_main(["--input", str(SAMPLES / source), "--format", "musique", "--output", str(output),
-                       "--seed", "13", "--source", f"MuSiQue-Ans v1.0 {split} sample"])
+        contrast_main(
+            [
+                "--input",
+                str(SAMPLES / source),
+                "--format",
+                "musique",
+                "--output",
+                str(output),
+                "--seed",
+                "13",
+                "--source",
+                f"MuSiQue-Ans v1.0 {split} sample",
+            ]
+        )
         shipped = (SAMPLES / f"musique_full/{split}_derived.jsonl").read_text()
         assert shipped == output.read_text()
         assert f"DERIVED unanswerable contrast of MuSiQue-Ans v1.0 {split} sample" in shipped

@@ -21,13 +21,19 @@ def _raw_records(path: Path) -> list[dict]:
 
 
 def _through_cache(path: Path, data_format: str, tmp_path: Path) -> list[Example]:
-    source = DatasetSource(name="t", display_name="t", format=data_format, files={"x": str(path)}, data_dir="/",
-                           cache_dir=str(tmp_path))
+    source = DatasetSource(
+        name="t", display_name="t", format=data_format, files={"x": str(path)}, data_dir="/", cache_dir=str(tmp_path)
+    )
     return source.examples("x")
 
 
-MUSIQUE_FILES = ["musique_ans/train.json", "musique_ans/dev.jsonl", "musique_full/official_unpaired_train20.json",
-                 "musique_full/train_derived.jsonl", "musique_full/dev_derived.jsonl"]
+MUSIQUE_FILES = [
+    "musique_ans/train.json",
+    "musique_ans/dev.jsonl",
+    "musique_full/official_unpaired_train20.json",
+    "musique_full/train_derived.jsonl",
+    "musique_full/dev_derived.jsonl",
+]
 
 
 @pytest.mark.parametrize("relative", MUSIQUE_FILES)
@@ -52,10 +58,15 @@ def test_musique_sample_fields_survive(relative: str, tmp_path: Path) -> None:
         assert example.question_type == raw["id"].split("__")[0]
 
 
-@pytest.mark.parametrize(("relative", "data_format"), [
-    ("hotpotqa/train.json", "hotpotqa"), ("hotpotqa/dev.json", "hotpotqa"),
-    ("2wiki/train.json", "2wiki"), ("2wiki/dev.json", "2wiki"),
-])
+@pytest.mark.parametrize(
+    ("relative", "data_format"),
+    [
+        ("hotpotqa/train.json", "hotpotqa"),
+        ("hotpotqa/dev.json", "hotpotqa"),
+        ("2wiki/train.json", "2wiki"),
+        ("2wiki/dev.json", "2wiki"),
+    ],
+)
 def test_context_format_sample_fields_survive(relative: str, data_format: str, tmp_path: Path) -> None:
     path = SAMPLES / relative
     raw_records = _raw_records(path)
@@ -81,14 +92,18 @@ def test_context_format_sample_fields_survive(relative: str, data_format: str, t
             assert example.num_hops == len(raw["evidences"])
             for step, (_subject, relation, _) in zip(example.decomposition, raw["evidences"]):
                 assert step.question.endswith(f" >> {relation}")
-                assert step.paragraph_support_idx is None or example.paragraphs[step.paragraph_support_idx].is_supporting
+                assert (
+                    step.paragraph_support_idx is None or example.paragraphs[step.paragraph_support_idx].is_supporting
+                )
 
 
 def test_2wiki_decomposition_uses_references_and_titles() -> None:
     examples = {e.id: e for e in read_examples(SAMPLES / "2wiki/train.json", "2wiki", "2wiki")}
     zone = examples["099f34280bda11eba7f7acde48001122"]  # The Zone (2017 film) -> director -> place of birth
     assert [(s.question, s.answer) for s in zone.decomposition] == [
-        ("The Zone >> director", "Denys Desjardins"), ("#1 >> place of birth", "Montreal, Quebec")]
+        ("The Zone >> director", "Denys Desjardins"),
+        ("#1 >> place of birth", "Montreal, Quebec"),
+    ]
     titles = [zone.paragraphs[s.paragraph_support_idx].title for s in zone.decomposition]
     assert titles == ["The Zone (2017 film)", "Denys Desjardins"]
     steps_with_support = [s for e in examples.values() for s in e.decomposition if s.paragraph_support_idx is not None]

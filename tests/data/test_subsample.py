@@ -39,10 +39,21 @@ def test_size_at_least_the_data_keeps_everything_and_negative_is_an_error() -> N
 
 def test_source_subsamples_train_only_and_saves_ids(tmp_path: Path) -> None:
     source = DatasetSource(
-        name="musique_full", display_name="x", format="musique", files={}, data_dir="/", sample=True,
-        sample_files={"train": str(SAMPLES / "musique_full/train_derived.jsonl"),
-                      "dev": str(SAMPLES / "musique_full/dev_derived.jsonl")},
-        paired=True, train_size=30, seed=3, cache_dir=str(tmp_path / "cache"))
+        name="musique_full",
+        display_name="x",
+        format="musique",
+        files={},
+        data_dir="/",
+        sample=True,
+        sample_files={
+            "train": str(SAMPLES / "musique_full/train_derived.jsonl"),
+            "dev": str(SAMPLES / "musique_full/dev_derived.jsonl"),
+        },
+        paired=True,
+        train_size=30,
+        seed=3,
+        cache_dir=str(tmp_path / "cache"),
+    )
     train = source.load("train", run_dir=tmp_path / "run")
     assert len(train) == 60 and len(set(train["id"])) == 30
     saved = (tmp_path / "run" / "subsample_train_ids.json").read_text()

@@ -23,22 +23,32 @@ def run_rank(rank: int, world_size: int, port: int, cases: dict, output_dir: str
             indices = list(DistributedSampler(range(len(golds)), num_replicas=world_size, rank=rank, shuffle=False))
             metric = MultihopQAMetric(golds)
             for start in range(0, len(indices), 7):
-                batch = indices[start:start + 7]
-                metric.update(batch, [predictions[i]["predicted_answer"] for i in batch],
-                              [predictions[i]["predicted_support_idxs"] for i in batch],
-                              [predictions[i]["predicted_answerable"] for i in batch])
+                batch = indices[start : start + 7]
+                metric.update(
+                    batch,
+                    [predictions[i]["predicted_answer"] for i in batch],
+                    [predictions[i]["predicted_support_idxs"] for i in batch],
+                    [predictions[i]["predicted_answerable"] for i in batch],
+                )
             results[name] = {key: value.item() for key, value in metric.compute().items()}
             if "probes" in case:
                 dire = DireMetric(golds)
-                dire.update(indices, [predictions[i]["predicted_answer"] for i in indices],
-                            [predictions[i]["predicted_support_idxs"] for i in indices])
-                probe_rows = list(DistributedSampler(range(len(case["probes"])), num_replicas=world_size, rank=rank,
-                                                     shuffle=False))
+                dire.update(
+                    indices,
+                    [predictions[i]["predicted_answer"] for i in indices],
+                    [predictions[i]["predicted_support_idxs"] for i in indices],
+                )
+                probe_rows = list(
+                    DistributedSampler(range(len(case["probes"])), num_replicas=world_size, rank=rank, shuffle=False)
+                )
                 probes = [case["probes"][i] for i in probe_rows]
-                dire.update_probes([p["row"] for p in probes], [p["probe"] for p in probes],
-                                   [p["predicted_answer"] for p in probes],
-                                   [p["predicted_answer_confidence"] for p in probes],
-                                   [p["predicted_support_idxs"] for p in probes])
+                dire.update_probes(
+                    [p["row"] for p in probes],
+                    [p["probe"] for p in probes],
+                    [p["predicted_answer"] for p in probes],
+                    [p["predicted_answer_confidence"] for p in probes],
+                    [p["predicted_support_idxs"] for p in probes],
+                )
                 results[name + "_dire"] = {key: value.item() for key, value in dire.compute().items()}
         Path(output_dir, f"rank{rank}.json").write_text(json.dumps(results))
     finally:

@@ -36,12 +36,15 @@ def test_answer_max_over_aliases_and_repeated_tokens() -> None:
     assert (scores.precision, scores.recall, scores.f1) == (0.5, 0.5, 0.5)
 
 
-@pytest.mark.parametrize(("prediction", "gold", "f1", "em"), [
-    ("", "the", 1.0, 1.0),   # both normalise to no tokens
-    ("a", "cat", 0.0, 0.0),  # prediction empty after normalisation, gold not
-    ("cat", "", 0.0, 0.0),
-    ("", "", 1.0, 1.0),
-])
+@pytest.mark.parametrize(
+    ("prediction", "gold", "f1", "em"),
+    [
+        ("", "the", 1.0, 1.0),  # both normalise to no tokens
+        ("a", "cat", 0.0, 0.0),  # prediction empty after normalisation, gold not
+        ("cat", "", 0.0, 0.0),
+        ("", "", 1.0, 1.0),
+    ],
+)
 def test_answer_empty_cases(prediction: str, gold: str, f1: float, em: float) -> None:
     scores = answer_scores(prediction, [gold])
     assert (scores.f1, scores.em) == (f1, em)
@@ -55,15 +58,34 @@ def test_support_scores() -> None:
     assert support_scores([4], [1]) == Scores(0.0, 0.0, 0.0, 0.0)
 
 
-def _result(row: int, question_id: str, hops: int, gold: bool, predicted: bool, answer_f1: float,
-            support_f1: float, answer_em: float = 0.0, support_em: float = 0.0) -> InstanceResult:
-    return InstanceResult(row, question_id, hops, gold, predicted, Scores(0, 0, answer_f1, answer_em),
-                          Scores(0, 0, support_f1, support_em))
+def _result(
+    row: int,
+    question_id: str,
+    hops: int,
+    gold: bool,
+    predicted: bool,
+    answer_f1: float,
+    support_f1: float,
+    answer_em: float = 0.0,
+    support_em: float = 0.0,
+) -> InstanceResult:
+    return InstanceResult(
+        row,
+        question_id,
+        hops,
+        gold,
+        predicted,
+        Scores(0, 0, answer_f1, answer_em),
+        Scores(0, 0, support_f1, support_em),
+    )
 
 
 def test_answerable_only_dataset_means_and_per_hop() -> None:
-    results = [_result(0, "a", 2, True, True, 1.0, 0.5, 1.0), _result(1, "b", 3, True, False, 0.5, 1.0, 0.0, 1.0),
-               _result(2, "c", 4, True, True, 0.0, 0.0)]
+    results = [
+        _result(0, "a", 2, True, True, 1.0, 0.5, 1.0),
+        _result(1, "b", 3, True, False, 0.5, 1.0, 0.0, 1.0),
+        _result(2, "c", 4, True, True, 0.0, 0.0),
+    ]
     metrics = aggregate(results)
     assert metrics["answer_f1"] == pytest.approx(0.5) and metrics["answer_em"] == pytest.approx(1 / 3)
     assert metrics["support_f1"] == pytest.approx(0.5) and metrics["support_em"] == pytest.approx(1 / 3)
@@ -73,10 +95,10 @@ def test_answerable_only_dataset_means_and_per_hop() -> None:
 
 def test_paired_full_metrics() -> None:
     results = [
-        _result(0, "A", 2, True, True, 0.5, 1.0, 0.0, 1.0),   # answerable, predicted answerable: right
-        _result(1, "A", 2, False, False, 0.9, 0.3),           # unanswerable, predicted unanswerable: right
-        _result(2, "B", 3, True, True, 1.0, 0.5, 1.0, 0.0),   # right
-        _result(3, "B", 3, False, True, 0.0, 0.0),            # unanswerable predicted answerable: wrong
+        _result(0, "A", 2, True, True, 0.5, 1.0, 0.0, 1.0),  # answerable, predicted answerable: right
+        _result(1, "A", 2, False, False, 0.9, 0.3),  # unanswerable, predicted unanswerable: right
+        _result(2, "B", 3, True, True, 1.0, 0.5, 1.0, 0.0),  # right
+        _result(3, "B", 3, False, True, 0.0, 0.0),  # unanswerable predicted answerable: wrong
     ]
     metrics = aggregate(results)
     assert metrics["answer_f1"] == 0.75  # answerable rows only: (0.5 + 1.0) / 2
@@ -98,22 +120,43 @@ def test_paired_metrics_need_two_rows_per_id() -> None:
 def test_dire_probe_choice_min_with_original_and_joint() -> None:
     original_answer, original_support = answer_scores("Paris", ["Paris"]), support_scores([3, 7], [3, 7])
     # probe 0 is more confident and wrong: the probe answer is its answer
-    result = dire_question_result("q", 2, [3, 7], original_answer, original_support,
-                                  probe_answers=[answer_scores("London", ["Paris"]), answer_scores("Paris", ["Paris"])],
-                                  probe_confidences=[0.9, 0.2], probe_supports=[[3], [7]])
+    result = dire_question_result(
+        "q",
+        2,
+        [3, 7],
+        original_answer,
+        original_support,
+        probe_answers=[answer_scores("London", ["Paris"]), answer_scores("Paris", ["Paris"])],
+        probe_confidences=[0.9, 0.2],
+        probe_supports=[[3], [7]],
+    )
     assert result.answer.f1 == 0.0 and result.support == Scores(1.0, 1.0, 1.0, 1.0)
     assert result.joint.f1 == 0.0 and result.joint.em == 0.0
     # a tie picks probe 1 (DiRe takes probe 0 only when strictly more confident)
-    tie = dire_question_result("q", 2, [3, 7], original_answer, original_support,
-                               probe_answers=[answer_scores("London", ["Paris"]), answer_scores("Paris", ["Paris"])],
-                               probe_confidences=[0.5, 0.5], probe_supports=[[3], [1]])
+    tie = dire_question_result(
+        "q",
+        2,
+        [3, 7],
+        original_answer,
+        original_support,
+        probe_answers=[answer_scores("London", ["Paris"]), answer_scores("Paris", ["Paris"])],
+        probe_confidences=[0.5, 0.5],
+        probe_supports=[[3], [1]],
+    )
     assert tie.answer.f1 == 1.0
     assert (tie.support.precision, tie.support.recall, tie.support.f1) == (0.5, 0.5, 0.5)  # union {1, 3} vs {3, 7}
     assert tie.joint.f1 == 0.5  # precision 1 * 0.5, recall 1 * 0.5
     # the original prediction caps the probe score
-    capped = dire_question_result("q", 2, [3, 7], answer_scores("Paris Texas", ["Paris"]), original_support,
-                                  probe_answers=[answer_scores("Paris", ["Paris"])] * 2, probe_confidences=[1, 0],
-                                  probe_supports=[[3], [7]])
+    capped = dire_question_result(
+        "q",
+        2,
+        [3, 7],
+        answer_scores("Paris Texas", ["Paris"]),
+        original_support,
+        probe_answers=[answer_scores("Paris", ["Paris"])] * 2,
+        probe_confidences=[1, 0],
+        probe_supports=[[3], [7]],
+    )
     assert capped.answer.f1 == pytest.approx(2 / 3) and capped.answer.precision == 0.5 and capped.answer.recall == 1.0
     # joint: precision 0.5 * 1, recall 1 * 1 -> f1 2/3
     assert capped.joint.f1 == pytest.approx(2 / 3)

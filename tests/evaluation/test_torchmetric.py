@@ -37,8 +37,11 @@ def _probes(examples, golds, seed: int) -> list[ProbePrediction]:
     probes = []
     for example in examples:
         for number, probe in enumerate(make_probes(example)):
-            probes.append(ProbePrediction(example.id, number, rng.choice([example.answer, "wrong"]), rng.random(),
-                                          probe.supporting_idxs[:1]))
+            probes.append(
+                ProbePrediction(
+                    example.id, number, rng.choice([example.answer, "wrong"]), rng.random(), probe.supporting_idxs[:1]
+                )
+            )
     return probes
 
 
@@ -58,15 +61,31 @@ def _cases() -> tuple[dict, dict]:
     row_by_id = {gold.id: gold.row for gold in hotpot_golds}
 
     def as_dicts(predictions):
-        return [{"predicted_answer": p.predicted_answer, "predicted_support_idxs": p.predicted_support_idxs,
-                 "predicted_answerable": p.predicted_answerable} for p in predictions]
+        return [
+            {
+                "predicted_answer": p.predicted_answer,
+                "predicted_support_idxs": p.predicted_support_idxs,
+                "predicted_answerable": p.predicted_answerable,
+            }
+            for p in predictions
+        ]
 
     cases = {
         "full": {"golds": full_golds, "predictions": as_dicts(full_predictions)},
-        "hotpot": {"golds": hotpot_golds, "predictions": as_dicts(hotpot_predictions),
-                   "probes": [{"row": row_by_id[p.id], "probe": p.probe, "predicted_answer": p.predicted_answer,
-                               "predicted_answer_confidence": p.predicted_answer_confidence,
-                               "predicted_support_idxs": p.predicted_support_idxs} for p in probes]},
+        "hotpot": {
+            "golds": hotpot_golds,
+            "predictions": as_dicts(hotpot_predictions),
+            "probes": [
+                {
+                    "row": row_by_id[p.id],
+                    "probe": p.probe,
+                    "predicted_answer": p.predicted_answer,
+                    "predicted_answer_confidence": p.predicted_answer_confidence,
+                    "predicted_support_idxs": p.predicted_support_idxs,
+                }
+                for p in probes
+            ],
+        },
     }
     return cases, expected
 
@@ -78,18 +97,29 @@ def test_single_process_metric_equals_evaluator_and_deduplicates_repeats() -> No
         metric = MultihopQAMetric(case["golds"])
         rows = list(range(len(case["golds"]))) + [0, 5, 5]  # padded repeats, as a DistributedSampler adds
         for start in range(0, len(rows), 16):
-            batch = rows[start:start + 16]
-            metric.update(batch, [case["predictions"][i]["predicted_answer"] for i in batch],
-                          [case["predictions"][i]["predicted_support_idxs"] for i in batch],
-                          [case["predictions"][i]["predicted_answerable"] for i in batch])
+            batch = rows[start : start + 16]
+            metric.update(
+                batch,
+                [case["predictions"][i]["predicted_answer"] for i in batch],
+                [case["predictions"][i]["predicted_support_idxs"] for i in batch],
+                [case["predictions"][i]["predicted_answerable"] for i in batch],
+            )
         assert {key: value.item() for key, value in metric.compute().items()} == expected[name]
     case = cases["hotpot"]
     dire = DireMetric(case["golds"])
-    dire.update(range(len(case["golds"])), [p["predicted_answer"] for p in case["predictions"]],
-                [p["predicted_support_idxs"] for p in case["predictions"]])
+    dire.update(
+        range(len(case["golds"])),
+        [p["predicted_answer"] for p in case["predictions"]],
+        [p["predicted_support_idxs"] for p in case["predictions"]],
+    )
     probes = case["probes"]
-    dire.update_probes([p["row"] for p in probes], [p["probe"] for p in probes], [p["predicted_answer"] for p in probes],
-                       [p["predicted_answer_confidence"] for p in probes], [p["predicted_support_idxs"] for p in probes])
+    dire.update_probes(
+        [p["row"] for p in probes],
+        [p["probe"] for p in probes],
+        [p["predicted_answer"] for p in probes],
+        [p["predicted_answer_confidence"] for p in probes],
+        [p["predicted_support_idxs"] for p in probes],
+    )
     assert {key: value.item() for key, value in dire.compute().items()} == expected["hotpot_dire"]
 
 
@@ -114,7 +144,15 @@ def test_local_evaluate_module_gives_the_same_numbers(tmp_path: Path) -> None:
     cases, expected = _cases()
     case = cases["full"]
     metric = evaluate.load(MODULE_PATH, cache_dir=str(tmp_path))
-    references = [{"id": g.id, "answers": list(g.answers), "support_idxs": list(g.support_idxs),
-                   "answerable": g.answerable, "num_hops": g.num_hops} for g in case["golds"]]
+    references = [
+        {
+            "id": g.id,
+            "answers": list(g.answers),
+            "support_idxs": list(g.support_idxs),
+            "answerable": g.answerable,
+            "num_hops": g.num_hops,
+        }
+        for g in case["golds"]
+    ]
     predictions = [{"id": g.id, **p} for g, p in zip(case["golds"], case["predictions"])]
     assert metric.compute(predictions=predictions, references=references) == expected["full"]

@@ -24,8 +24,14 @@ from musique_models.training.datamodule import featurize
 from musique_models.training.loaders import PaddingCollator
 from tests.conftest import DATASET_CONFIGS, SAMPLES
 
-TINY_END2END = ["backbone=tiny_longformer", "dataset.sample=true", "dataset.train_size=6", "eval_size=4",
-                "trainer.enable_progress_bar=false", "model.eval_batch_size=4"]
+TINY_END2END = [
+    "backbone=tiny_longformer",
+    "dataset.sample=true",
+    "dataset.train_size=6",
+    "eval_size=4",
+    "trainer.enable_progress_bar=false",
+    "model.eval_batch_size=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +40,14 @@ def tokenizer():
 
 
 def _table(tmp_path: Path, relative: str, data_format: str, rows: int, shuffle_paragraphs: bool = False):
-    source = DatasetSource(name="t", display_name="t", format=data_format, files={"dev": str(SAMPLES / relative)},
-                           data_dir="/", cache_dir=str(tmp_path))
+    source = DatasetSource(
+        name="t",
+        display_name="t",
+        format=data_format,
+        files={"dev": str(SAMPLES / relative)},
+        data_dir="/",
+        cache_dir=str(tmp_path),
+    )
     table = source.load("dev").select(range(rows))
     if shuffle_paragraphs:  # dataset order no longer follows idx: support must still map to the original idx
         rng = random.Random(0)
@@ -57,8 +69,9 @@ def test_shared_cap_is_the_largest_cap_that_fits() -> None:
 
 def test_input_layout_clipping_and_markers(tokenizer, tmp_path: Path) -> None:
     table = _table(tmp_path, "hotpotqa/dev.json", "hotpotqa", 8)
-    rows = _rows(tokenizer, table, tmp_path, max_question_tokens=5, max_paragraph_tokens=40, max_length=300,
-                 include_title=True)
+    rows = _rows(
+        tokenizer, table, tmp_path, max_question_tokens=5, max_paragraph_tokens=40, max_length=300, include_title=True
+    )
     marker_id = tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER)
     for row in rows:
         example = table[row["example_row"]]
@@ -79,7 +92,7 @@ def test_input_layout_clipping_and_markers(tokenizer, tmp_path: Path) -> None:
         context, _ = build_context(example["paragraphs"], True)
         first = row["marker_positions"][0] + 1
         title = example["paragraphs"][0]["title"]
-        assert context[row["offset_start"][first]:].startswith(title[: len(title) // 2])
+        assert context[row["offset_start"][first] :].startswith(title[: len(title) // 2])
 
 
 def test_global_attention_exactly_on_question_tokens_and_markers(tokenizer, tmp_path: Path) -> None:
@@ -93,8 +106,11 @@ def test_global_attention_exactly_on_question_tokens_and_markers(tokenizer, tmp_
             expected = question_positions | set(rows[i]["marker_positions"])
             assert set(torch.nonzero(batch["global_attention_mask"][i]).flatten().tolist()) == expected
             if empty_question:  # C-only: [CLS] [SEP] [[PP]] ...
-                assert rows[i]["input_ids"][:3] == [tokenizer.cls_token_id, tokenizer.sep_token_id,
-                                                    tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER)]
+                assert rows[i]["input_ids"][:3] == [
+                    tokenizer.cls_token_id,
+                    tokenizer.sep_token_id,
+                    tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER),
+                ]
 
 
 def test_answer_labels_point_at_the_answer_text(tokenizer, tmp_path: Path) -> None:
@@ -105,7 +121,7 @@ def test_answer_labels_point_at_the_answer_text(tokenizer, tmp_path: Path) -> No
         example = table[row["example_row"]]
         context, _ = build_context(example["paragraphs"], False)
         if row["start_position"]:
-            text = context[row["offset_start"][row["start_position"]]: row["offset_end"][row["end_position"]]]
+            text = context[row["offset_start"][row["start_position"]] : row["offset_end"][row["end_position"]]]
             assert text.lower() in [a.lower() for a in [example["answer"], *example["answer_aliases"]]]
             labelled += 1
     assert labelled >= 15
@@ -117,10 +133,14 @@ def test_support_predictions_map_back_to_the_original_idx_after_clipping(tokeniz
     batch = PaddingCollator(tokenizer.pad_token_id, tokenizer.sep_token_id)([rows[i] for i in range(len(rows))])
     batch["feature_row"] = torch.arange(len(rows))
     tokens = batch["input_ids"].shape[1]
-    outputs = {"start_logits": torch.zeros(len(rows), tokens), "end_logits": torch.zeros(len(rows), tokens),
-               # a reader that is sure of the gold paragraphs: logit +5 on supporting markers, -5 elsewhere
-               "support_logits": batch["support_labels"] * 10 - 5,
-               "answerable_logit": torch.full((len(rows),), 10.0), "type_logits": torch.zeros(len(rows), 3)}
+    outputs = {
+        "start_logits": torch.zeros(len(rows), tokens),
+        "end_logits": torch.zeros(len(rows), tokens),
+        # a reader that is sure of the gold paragraphs: logit +5 on supporting markers, -5 elsewhere
+        "support_logits": batch["support_labels"] * 10 - 5,
+        "answerable_logit": torch.full((len(rows),), 10.0),
+        "type_logits": torch.zeros(len(rows), 3),
+    }
     windows, markers = window_outputs(batch, outputs, max_answer_tokens=30)
     predictions = decode_predictions(windows, markers, table["id"], lambda row: "")
     for prediction, example in zip(predictions, table):
@@ -147,7 +167,9 @@ def test_fast_dev_run_end2end_on_every_sample(dataset: str, compose_train_cfg, t
     predictions = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
     metrics = json.loads((run / "metrics.json").read_text())
     assert len(predictions) == 4 * (2 if dataset == "musique_full" else 1)
-    assert 0.0 <= metrics["answer_f1"] <= 1.0 and ("group_answer_sufficiency_f1" in metrics) == (dataset == "musique_full")
+    assert 0.0 <= metrics["answer_f1"] <= 1.0 and ("group_answer_sufficiency_f1" in metrics) == (
+        dataset == "musique_full"
+    )
     assert (run / "end2end" / "stage.json").exists()
 
 

@@ -36,8 +36,14 @@ def tokenizer():
 
 
 def _table(tmp_path: Path, relative: str, data_format: str, rows: int):
-    source = DatasetSource(name="t", display_name="t", format=data_format, files={"dev": str(SAMPLES / relative)},
-                           data_dir="/", cache_dir=str(tmp_path))
+    source = DatasetSource(
+        name="t",
+        display_name="t",
+        format=data_format,
+        files={"dev": str(SAMPLES / relative)},
+        data_dir="/",
+        cache_dir=str(tmp_path),
+    )
     table = source.load("dev").select(range(rows))
     rng = random.Random(0)
     selected = []
@@ -48,18 +54,35 @@ def _table(tmp_path: Path, relative: str, data_format: str, rows: int):
     return table.add_column("selected_idxs", selected)
 
 
-@pytest.mark.parametrize(("relative", "data_format", "include_title"), [
-    ("musique_full/dev_derived.jsonl", "musique", False), ("hotpotqa/dev.json", "hotpotqa", True)])
-def test_answer_labels_point_at_the_answer_text(tokenizer, tmp_path: Path, relative, data_format, include_title) -> None:
+@pytest.mark.parametrize(
+    ("relative", "data_format", "include_title"),
+    [("musique_full/dev_derived.jsonl", "musique", False), ("hotpotqa/dev.json", "hotpotqa", True)],
+)
+def test_answer_labels_point_at_the_answer_text(
+    tokenizer, tmp_path: Path, relative, data_format, include_title
+) -> None:
     table = _table(tmp_path, relative, data_format, 40)
-    windows = featurize(table, featurize_answerer, tokenizer, tmp_path / "features", "answerer",
-                        max_length=192, stride=64, include_title=include_title)
+    windows = featurize(
+        table,
+        featurize_answerer,
+        tokenizer,
+        tmp_path / "features",
+        "answerer",
+        max_length=192,
+        stride=64,
+        include_title=include_title,
+    )
     labelled = 0
     for window in windows:
         example = table[window["example_row"]]
-        context, spans = build_context(ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), include_title)
+        context, spans = build_context(
+            ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), include_title
+        )
         # every marker is a real [[PP]] and names a selected paragraph, with its gold support flag
-        assert all(window["input_ids"][p] == tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER) for p in window["marker_positions"])
+        assert all(
+            window["input_ids"][p] == tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER)
+            for p in window["marker_positions"]
+        )
         assert set(window["marker_paragraph_idx"]) <= set(example["selected_idxs"])
         supporting = {p["idx"] for p in example["paragraphs"] if p["is_supporting"]}
         assert window["support_labels"] == [float(i in supporting) for i in window["marker_paragraph_idx"]]
@@ -73,8 +96,16 @@ def test_answer_labels_point_at_the_answer_text(tokenizer, tmp_path: Path, relat
 
 def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path) -> None:
     table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 12)
-    windows = featurize(table, featurize_answerer, tokenizer, tmp_path / "features", "answerer",
-                        max_length=128, stride=32, include_title=False)
+    windows = featurize(
+        table,
+        featurize_answerer,
+        tokenizer,
+        tmp_path / "features",
+        "answerer",
+        max_length=128,
+        stride=32,
+        include_title=False,
+    )
     batch = PaddingCollator(tokenizer.pad_token_id)([{**windows[i], "feature_row": i} for i in range(len(windows))])
     generator = torch.Generator().manual_seed(0)
     shape = batch["input_ids"].shape
@@ -84,18 +115,20 @@ def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path)
         for position in positions:
             boost[window, max(position - 2, 0)] += 5.0
             boost[window, min(position + 2, shape[1] - 1)] += 5.0
-    outputs = {"start_logits": torch.randn(shape, generator=generator) + boost,
-               "end_logits": torch.randn(shape, generator=generator) + boost,
-               "support_logits": torch.randn(batch["marker_positions"].shape, generator=generator),
-               "answerable_logit": torch.randn(shape[0], generator=generator),
-               "type_logits": torch.randn(shape[0], 3, generator=generator)}
+    outputs = {
+        "start_logits": torch.randn(shape, generator=generator) + boost,
+        "end_logits": torch.randn(shape, generator=generator) + boost,
+        "support_logits": torch.randn(batch["marker_positions"].shape, generator=generator),
+        "answerable_logit": torch.randn(shape[0], generator=generator),
+        "type_logits": torch.randn(shape[0], 3, generator=generator),
+    }
     score, start, end = best_spans(outputs["start_logits"], outputs["end_logits"], batch["offset_mapping"], 30)
     in_context = batch["offset_mapping"][..., 0] >= 0
     rows = torch.arange(len(start))
     assert bool((end >= start).all() and (end - start < 30).all())
     assert bool(in_context[rows, start].all() and in_context[rows, end].all())
     for window in range(len(start)):  # no marker (or other non-context token) inside a span
-        assert bool(in_context[window, start[window]:end[window] + 1].all())
+        assert bool(in_context[window, start[window] : end[window] + 1].all())
     window_table, marker_table = window_outputs(batch, outputs, 30)
 
     context_of = ContextBuilder(table, include_title=False)
@@ -106,8 +139,12 @@ def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path)
         assert PARAGRAPH_MARKER not in prediction.predicted_answer
         assert set(prediction.predicted_support_idxs) <= set(table[row]["selected_idxs"])
     # DDP padding repeats a window: the decoded predictions must not change
-    repeated = decode_predictions(torch.cat([window_table, window_table[:3]]), torch.cat([marker_table, marker_table[:5]]),
-                                  table["id"], context_of)
+    repeated = decode_predictions(
+        torch.cat([window_table, window_table[:3]]),
+        torch.cat([marker_table, marker_table[:5]]),
+        table["id"],
+        context_of,
+    )
     assert repeated == predictions
 
 
@@ -116,7 +153,9 @@ def test_selector_pairs_complete_and_balanced_afresh_each_epoch(tokenizer, tmp_p
     pairs = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128, include_title=False)
     gold = {(row, p["idx"]) for row, ps in enumerate(table["paragraphs"]) for p in ps if p["is_supporting"]}
     assert len(pairs) == 200 and max(len(ids) for ids in pairs["input_ids"]) <= 128
-    assert {(r, i) for r, i, label in zip(pairs["example_row"], pairs["paragraph_idx"], pairs["label"]) if label} == gold
+    assert {
+        (r, i) for r, i, label in zip(pairs["example_row"], pairs["paragraph_idx"], pairs["label"]) if label
+    } == gold
 
     balanced = BalancedNegatives(pairs["label"], pairs["example_row"], seed=1)
     epochs = [balanced.rows(epoch) for epoch in range(3)]
@@ -135,8 +174,14 @@ def test_featurisers_refuse_what_they_cannot_encode_with_a_clear_error(tmp_path)
     spec = instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/minilm.yaml"))
     tokenizer = load_tokenizer(spec)
     paragraph = {"idx": 0, "title": "t", "text": "Paris is in France.", "is_supporting": True}
-    example = {"question": "Where is Paris?", "answer": "France", "answer_aliases": [], "answerable": True,
-               "paragraphs": [paragraph], "selected_idxs": [0]}
+    example = {
+        "question": "Where is Paris?",
+        "answer": "France",
+        "answer_aliases": [],
+        "answerable": True,
+        "paragraphs": [paragraph],
+        "selected_idxs": [0],
+    }
     settings = {"max_length": 64, "stride": 16, "include_title": False}
     marked = datasets.Dataset.from_list([{**example, "paragraphs": [{**paragraph, "text": "a [[PP]] b"}]}])
     with pytest.raises(FeaturizationError, match=r"paragraph 0 .* contains the paragraph marker"):

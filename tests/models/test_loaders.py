@@ -7,8 +7,12 @@ from musique_models.training.loaders import BalancedNegatives, BucketBatchSample
 
 def _loader(lengths: list[int]) -> ResumableDataLoader:
     rows = [{"input_ids": list(range(1, n + 1)), "label": 1.0} for n in lengths]
-    return ResumableDataLoader(rows, BucketBatchSampler(lengths, 4, shuffle=True, seed=5, bucket_batches=2),
-                               collate_fn=PaddingCollator(0), generator=torch.Generator().manual_seed(0))
+    return ResumableDataLoader(
+        rows,
+        BucketBatchSampler(lengths, 4, shuffle=True, seed=5, bucket_batches=2),
+        collate_fn=PaddingCollator(0),
+        generator=torch.Generator().manual_seed(0),
+    )
 
 
 def _epoch(loader) -> list[list[int]]:
@@ -51,8 +55,9 @@ def test_balanced_subset_draws_new_negatives_each_epoch_and_resumes_mid_epoch() 
     def loader() -> ResumableDataLoader:
         rows = [{"input_ids": list(range(1, n + 2)), "label": labels[n]} for n in range(60)]
         sampler = BucketBatchSampler(list(range(1, 61)), 4, shuffle=True, seed=5, bucket_batches=2, subset=subset)
-        return ResumableDataLoader(rows, sampler, collate_fn=PaddingCollator(0),
-                                   generator=torch.Generator().manual_seed(0))
+        return ResumableDataLoader(
+            rows, sampler, collate_fn=PaddingCollator(0), generator=torch.Generator().manual_seed(0)
+        )
 
     reference = loader()
     assert len(reference) == 6  # 24 rows a epoch: 12 positives + 12 negatives
@@ -70,12 +75,24 @@ def test_balanced_subset_draws_new_negatives_each_epoch_and_resumes_mid_epoch() 
 
 
 def test_collator_pads_and_masks_markers() -> None:
-    batch = PaddingCollator(pad_token_id=7)([
-        {"input_ids": [1, 2, 3], "marker_positions": [1], "support_labels": [1.0], "offset_start": [0, 1, 2],
-         "offset_end": [1, 2, 3]},
-        {"input_ids": [1], "marker_positions": [0, 0], "support_labels": [0.0, 1.0], "offset_start": [0],
-         "offset_end": [1]},
-    ])
+    batch = PaddingCollator(pad_token_id=7)(
+        [
+            {
+                "input_ids": [1, 2, 3],
+                "marker_positions": [1],
+                "support_labels": [1.0],
+                "offset_start": [0, 1, 2],
+                "offset_end": [1, 2, 3],
+            },
+            {
+                "input_ids": [1],
+                "marker_positions": [0, 0],
+                "support_labels": [0.0, 1.0],
+                "offset_start": [0],
+                "offset_end": [1],
+            },
+        ]
+    )
     assert batch["input_ids"].tolist() == [[1, 2, 3], [1, 7, 7]]
     assert batch["marker_mask"].tolist() == [[True, False], [True, True]]
     assert batch["offset_mapping"][1].tolist() == [[0, 1], [-1, -1], [-1, -1]]

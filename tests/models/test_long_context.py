@@ -42,9 +42,12 @@ def test_converted_minilm_matches_the_source_on_short_inputs(minilm_dir: str, co
     target = AutoModel.from_pretrained(str(converted)).eval()
     assert isinstance(target, LongformerModel) and target.config.attention_window == [512] * 6
     tokenizer = AutoTokenizer.from_pretrained(str(converted))
-    batch = tokenizer(["Who founded the company that makes the iPhone?", "Where is it?"],
-                      ["Apple was founded by Steve Jobs, Steve Wozniak and Ronald Wayne in 1976. " * 4, "Cupertino."],
-                      padding=True, return_tensors="pt")  # a pair (segment ids) and padding
+    batch = tokenizer(
+        ["Who founded the company that makes the iPhone?", "Where is it?"],
+        ["Apple was founded by Steve Jobs, Steve Wozniak and Ronald Wayne in 1976. " * 4, "Cupertino."],
+        padding=True,
+        return_tensors="pt",
+    )  # a pair (segment ids) and padding
     with torch.no_grad():
         expected = source(**batch).last_hidden_state
         actual = target(**batch).last_hidden_state
@@ -81,23 +84,37 @@ def test_converted_model_runs_on_4096_tokens(converted: Path) -> None:
 
 
 def test_roberta_family_positions_keep_their_padding_offset(minilm_dir: str, tmp_path: Path) -> None:
-    config = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, max_position_embeddings=66, pad_token_id=1)  # 64 positions
+    config = RobertaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=66,
+        pad_token_id=1,
+    )  # 64 positions
     torch.manual_seed(0)
     RobertaModel(config).save_pretrained(tmp_path / "roberta")
     AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path / "roberta")  # any tokenizer will do
     long_dir = convert_to_longformer(tmp_path / "roberta", tmp_path / "long", max_positions=256, attention_window=64)
-    source, target = RobertaModel.from_pretrained(tmp_path / "roberta").eval(), AutoModel.from_pretrained(long_dir).eval()
+    source, target = (
+        RobertaModel.from_pretrained(tmp_path / "roberta").eval(),
+        AutoModel.from_pretrained(long_dir).eval(),
+    )
     table = target.embeddings.position_embeddings.weight
-    assert table.shape[0] == 2 + 256 and torch.equal(table[2 + 64 + 5], source.embeddings.position_embeddings.weight[2 + 5])
+    assert table.shape[0] == 2 + 256 and torch.equal(
+        table[2 + 64 + 5], source.embeddings.position_embeddings.weight[2 + 5]
+    )
     ids = torch.randint(3, 100, (2, 30))
     with torch.no_grad():
-        assert torch.allclose(target(input_ids=ids).last_hidden_state, source(input_ids=ids).last_hidden_state,
-                              atol=TOLERANCE)
+        assert torch.allclose(
+            target(input_ids=ids).last_hidden_state, source(input_ids=ids).last_hidden_state, atol=TOLERANCE
+        )
 
 
-def test_built_on_first_use_then_reused_and_rebuilt_when_settings_or_code_change(minilm_dir: str, tmp_path: Path,
-                                                                                 monkeypatch) -> None:
+def test_built_on_first_use_then_reused_and_rebuilt_when_settings_or_code_change(
+    minilm_dir: str, tmp_path: Path, monkeypatch
+) -> None:
     folder = tmp_path / "cache" / "minilm_long"
     ensure_converted(minilm_dir, folder, 1024, 256)
     weights = folder / "model.safetensors"

@@ -24,20 +24,41 @@ K, PARAGRAPHS = 7, 20
 def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) -> None:
     backbone = instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/minilm.yaml"))
     tokenizer = load_tokenizer(backbone)
-    source = DatasetSource(name="musique_ans", display_name="MuSiQue-Ans", format="musique", files={}, data_dir="/",
-                           sample=True, cache_dir=str(tmp_path),
-                           sample_files={"train": str(SAMPLES / "musique_ans/train.json"),
-                                         "dev": str(SAMPLES / "musique_ans/dev.jsonl")})
+    source = DatasetSource(
+        name="musique_ans",
+        display_name="MuSiQue-Ans",
+        format="musique",
+        files={},
+        data_dir="/",
+        sample=True,
+        cache_dir=str(tmp_path),
+        sample_files={"train": str(SAMPLES / "musique_ans/train.json"), "dev": str(SAMPLES / "musique_ans/dev.jsonl")},
+    )
     settings = {"max_length": 128, "include_title": False}
     train = featurize(source.load("train"), featurize_selector, tokenizer, tmp_path, "train", **settings)
     dev = featurize(source.load("dev").select(range(80)), featurize_selector, tokenizer, tmp_path, "dev", **settings)
     pl.seed_everything(0)
     selector = ParagraphSelector(backbone, len(tokenizer), top_k=K, lr=backbone.learning_rate)
-    trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         limit_val_batches=0, gradient_clip_val=1.0)
-    data = QADataModule(train, dev, dev, tokenizer.pad_token_id, batch_size=16, eval_batch_size=64,
-                        train_subset=BalancedNegatives(train["label"], train["example_row"], seed=0))
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        gradient_clip_val=1.0,
+    )
+    data = QADataModule(
+        train,
+        dev,
+        dev,
+        tokenizer.pad_token_id,
+        batch_size=16,
+        eval_batch_size=64,
+        train_subset=BalancedNegatives(train["label"], train["example_row"], seed=0),
+    )
     trainer.fit(selector, datamodule=data)
     outputs = trainer.predict(selector, datamodule=data)
     columns = {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}

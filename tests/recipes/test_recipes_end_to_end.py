@@ -19,10 +19,24 @@ from musique_models.recipes.select_answer import SelectAnswer
 from tests.conftest import DATASET_CONFIGS, SAMPLES
 
 MODELS = ["select_answer", "end2end", "c_only"]
-BACKBONES = ["minilm", "tiny", "roberta_large", "longformer_base", "longformer_large", "deberta_v3_large", "minilm_long",
-             "tiny_longformer"]
-TINY_RUN = ["backbone=tiny", "dataset.sample=true", "dataset.train_size=12", "eval_size=10",
-            "trainer.enable_progress_bar=false", "model.eval_batch_size=64"]
+BACKBONES = [
+    "minilm",
+    "tiny",
+    "roberta_large",
+    "longformer_base",
+    "longformer_large",
+    "deberta_v3_large",
+    "minilm_long",
+    "tiny_longformer",
+]
+TINY_RUN = [
+    "backbone=tiny",
+    "dataset.sample=true",
+    "dataset.train_size=12",
+    "eval_size=10",
+    "trainer.enable_progress_bar=false",
+    "model.eval_batch_size=64",
+]
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -68,7 +82,9 @@ def test_fast_dev_run_select_answer_on_every_sample(dataset: str, compose_train_
     rows_per_question = 2 if dataset == "musique_full" else 1
     assert len(predictions) == 10 * rows_per_question
     assert set(predictions[0]) == {"id", "predicted_answer", "predicted_support_idxs", "predicted_answerable"}
-    assert 0.0 <= metrics["answer_f1"] <= 1.0 and ("group_answer_sufficiency_f1" in metrics) == (dataset == "musique_full")
+    assert 0.0 <= metrics["answer_f1"] <= 1.0 and ("group_answer_sufficiency_f1" in metrics) == (
+        dataset == "musique_full"
+    )
     assert (run / "selector" / "stage.json").exists() and (run / "answerer" / "stage.json").exists()
     ranking = json.loads((run / "selector" / "ranking_eval.json").read_text())
     assert len(ranking["rankings"]) == 10 * rows_per_question
@@ -78,16 +94,44 @@ def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     common = [f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/run"]
     result = subprocess.run(
-        [sys.executable, "train.py", "dataset=hotpotqa_20k", "backbone=tiny", "dataset.sample=true",
-         "dataset.train_size=12", "model.selector.max_epochs=1", "model.answerer.max_epochs=1",
-         "model.answerer.validate=true", "trainer.enable_progress_bar=false", *common],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "train.py",
+            "dataset=hotpotqa_20k",
+            "backbone=tiny",
+            "dataset.sample=true",
+            "dataset.train_size=12",
+            "model.selector.max_epochs=1",
+            "model.answerer.max_epochs=1",
+            "model.answerer.validate=true",
+            "trainer.enable_progress_bar=false",
+            *common,
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
     evaluated = subprocess.run(
-        [sys.executable, "evaluate.py", f"predictions={run}/predictions.jsonl", f"gold={SAMPLES}/hotpotqa/dev.json",
-         f"output={tmp_path}/metrics.json", f"paths.log_dir={tmp_path}/logs"],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "evaluate.py",
+            f"predictions={run}/predictions.jsonl",
+            f"gold={SAMPLES}/hotpotqa/dev.json",
+            f"output={tmp_path}/metrics.json",
+            f"paths.log_dir={tmp_path}/logs",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads((run / "metrics.json").read_text())
-    assert (run / "config.yaml").exists() and "answerer/val/answer_f1" in next((run / "answerer" / "csv").rglob("metrics.csv")).read_text()
+    assert (run / "config.yaml").exists() and "answerer/val/answer_f1" in next(
+        (run / "answerer" / "csv").rglob("metrics.csv")
+    ).read_text()

@@ -38,8 +38,9 @@ def test_code_fingerprint_follows_the_source(tmp_path: Path, monkeypatch) -> Non
 
 def test_features_are_recomputed_when_the_featuriser_code_changes(tmp_path: Path, monkeypatch) -> None:
     tokenizer = load_tokenizer(instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/minilm.yaml")))
-    table = datasets.Dataset.from_list([{"question": "q?", "paragraphs": [
-        {"idx": 0, "title": "t", "text": "some text", "is_supporting": True}]}])
+    table = datasets.Dataset.from_list(
+        [{"question": "q?", "paragraphs": [{"idx": 0, "title": "t", "text": "some text", "is_supporting": True}]}]
+    )
     settings = {"max_length": 64, "include_title": False}
     first = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
     again = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
@@ -51,8 +52,14 @@ def test_features_are_recomputed_when_the_featuriser_code_changes(tmp_path: Path
 
 
 def test_parsed_splits_are_reparsed_when_the_reader_code_changes(tmp_path: Path, monkeypatch) -> None:
-    source = DatasetSource(name="t", display_name="t", format="musique", data_dir="/", cache_dir=str(tmp_path),
-                           files={"dev": str(SAMPLES / "musique_ans" / "dev.jsonl")})
+    source = DatasetSource(
+        name="t",
+        display_name="t",
+        format="musique",
+        data_dir="/",
+        cache_dir=str(tmp_path),
+        files={"dev": str(SAMPLES / "musique_ans" / "dev.jsonl")},
+    )
     path = source.path("dev")
     before = source._cache_path(path)
     monkeypatch.setattr(source_module, "code_fingerprint", lambda *modules: "edited")

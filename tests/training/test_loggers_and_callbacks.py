@@ -12,9 +12,19 @@ import pytest
 from musique_models.cli.train import train
 from tests.training.helpers import RecordingLogger
 
-TINY = ["backbone=tiny", "dataset.sample=true", "dataset.train_size=6", "eval_size=4", "model.eval_batch_size=64",
-        "model.selector.max_epochs=1", "model.answerer.max_epochs=2", "model.answerer.validate=true",
-        "model.answerer.micro_batch_size=4", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false"]
+TINY = [
+    "backbone=tiny",
+    "dataset.sample=true",
+    "dataset.train_size=6",
+    "eval_size=4",
+    "model.eval_batch_size=64",
+    "model.selector.max_epochs=1",
+    "model.answerer.max_epochs=2",
+    "model.answerer.validate=true",
+    "model.answerer.micro_batch_size=4",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+]
 
 
 @pytest.mark.slow
@@ -49,7 +59,8 @@ def _csv_rows(stage_dir: Path) -> list[dict[str, str]]:
 
 @pytest.mark.slow
 def test_a_users_logger_gets_prefixed_monotonic_steps_and_a_failed_run_is_finalised_as_failed(
-        compose_train_cfg) -> None:
+    compose_train_cfg,
+) -> None:
     user_logger = ["logger=none", "+logger.mine._target_=tests.training.helpers.RecordingLogger"]
     cfg = compose_train_cfg([*TINY, *user_logger])
     train(cfg)
@@ -60,9 +71,16 @@ def test_a_users_logger_gets_prefixed_monotonic_steps_and_a_failed_run_is_finali
     assert not {key for key in keys if key.startswith(("train/", "val/", "epoch"))}  # nothing unprefixed
     assert RecordingLogger.statuses[-1] == "success"
 
-    failing = compose_train_cfg([*TINY, *user_logger, "paths.output_dir=" + str(Path(cfg.paths.output_dir) / "x"),
-                                 "+callbacks.fail._target_=tests.training.helpers.FailAtStep",
-                                 "+callbacks.fail.step=1", "+callbacks.fail.stage=answerer"])
+    failing = compose_train_cfg(
+        [
+            *TINY,
+            *user_logger,
+            "paths.output_dir=" + str(Path(cfg.paths.output_dir) / "x"),
+            "+callbacks.fail._target_=tests.training.helpers.FailAtStep",
+            "+callbacks.fail.step=1",
+            "+callbacks.fail.stage=answerer",
+        ]
+    )
     with pytest.raises(RuntimeError, match="injected failure"):
         train(failing)
     assert RecordingLogger.statuses[-1] == "failed"

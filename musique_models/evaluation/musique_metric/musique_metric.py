@@ -43,21 +43,23 @@ class MusiqueMetric(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({
-                "predictions": {
-                    "id": datasets.Value("string"),
-                    "predicted_answer": datasets.Value("string"),
-                    "predicted_support_idxs": datasets.Sequence(datasets.Value("int32")),
-                    "predicted_answerable": datasets.Value("bool"),
-                },
-                "references": {
-                    "id": datasets.Value("string"),
-                    "answers": datasets.Sequence(datasets.Value("string")),
-                    "support_idxs": datasets.Sequence(datasets.Value("int32")),
-                    "answerable": datasets.Value("bool"),
-                    "num_hops": datasets.Value("int32"),
-                },
-            }),
+            features=datasets.Features(
+                {
+                    "predictions": {
+                        "id": datasets.Value("string"),
+                        "predicted_answer": datasets.Value("string"),
+                        "predicted_support_idxs": datasets.Sequence(datasets.Value("int32")),
+                        "predicted_answerable": datasets.Value("bool"),
+                    },
+                    "references": {
+                        "id": datasets.Value("string"),
+                        "answers": datasets.Sequence(datasets.Value("string")),
+                        "support_idxs": datasets.Sequence(datasets.Value("int32")),
+                        "answerable": datasets.Value("bool"),
+                        "num_hops": datasets.Value("int32"),
+                    },
+                }
+            ),
             reference_urls=["https://github.com/StonyBrookNLP/musique"],
         )
 
@@ -66,11 +68,24 @@ class MusiqueMetric(evaluate.Metric):
         for row, (prediction, reference) in enumerate(zip(predictions, references)):
             if prediction["id"] != reference["id"]:
                 raise ValueError(f"row {row}: prediction id {prediction['id']!r} != reference id {reference['id']!r}")
-            gold = GoldInstance(row=row, id=reference["id"], answers=tuple(reference["answers"]),
-                                support_idxs=tuple(reference["support_idxs"]), paragraph_idxs=frozenset(),
-                                answerable=reference["answerable"], num_hops=reference["num_hops"])
-            results.append(score_instance(gold, Prediction(
-                id=prediction["id"], predicted_answer=prediction["predicted_answer"],
-                predicted_support_idxs=list(prediction["predicted_support_idxs"]),
-                predicted_answerable=prediction["predicted_answerable"])))
+            gold = GoldInstance(
+                row=row,
+                id=reference["id"],
+                answers=tuple(reference["answers"]),
+                support_idxs=tuple(reference["support_idxs"]),
+                paragraph_idxs=frozenset(),
+                answerable=reference["answerable"],
+                num_hops=reference["num_hops"],
+            )
+            results.append(
+                score_instance(
+                    gold,
+                    Prediction(
+                        id=prediction["id"],
+                        predicted_answer=prediction["predicted_answer"],
+                        predicted_support_idxs=list(prediction["predicted_support_idxs"]),
+                        predicted_answerable=prediction["predicted_answerable"],
+                    ),
+                )
+            )
         return aggregate(results)
