@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 ARGS ?=
 
-.PHONY: install train test lint bench clean clean-runs
+.PHONY: install train test lint bench overfit clean clean-runs
 
 install: $(STAMP)
 
@@ -37,6 +37,11 @@ bench: $(STAMP)
 	$(OFFLINE) $(PY) benchmarks/bench_evaluate.py
 	$(OFFLINE) $(PY) benchmarks/bench_training.py
 	$(OFFLINE) $(PY) benchmarks/bench_long_context.py
+	$(OFFLINE) $(PY) benchmarks/bench_threads.py
+
+# Each model memorises 8 real training questions (about 30 minutes on 2 cores for the three).
+overfit: $(STAMP)
+	$(OFFLINE) $(PY) benchmarks/overfit.py model=select_answer,end2end,c_only
 
 # Caches only (parsed splits, features, converted backbones: all rebuilt on demand). Runs and checkpoints stay.
 clean:

@@ -289,3 +289,4 @@ def quiet_libraries() -> None:
     import transformers
 
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # "Loading weights" bars: the weights are local and load at once

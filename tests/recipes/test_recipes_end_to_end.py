@@ -16,6 +16,7 @@ from musique_models.cli.train import train
 from musique_models.models.backbone import BackboneSpec
 from musique_models.recipes.end2end import End2End
 from musique_models.recipes.select_answer import SelectAnswer
+from musique_models.training.stage import lightning_trainer_kwargs
 from tests.conftest import DATASET_CONFIGS, SAMPLES
 
 MODELS = ["select_answer", "end2end", "c_only"]
@@ -48,7 +49,8 @@ def test_every_model_and_dataset_config_composes_and_instantiates(model: str, da
     if model == "select_answer":
         assert isinstance(recipe, SelectAnswer) and recipe.top_k == cfg.dataset.paper_settings.answerer_top_k
         paper_epochs = {"musique_ans": 3, "musique_full": 3}.get(dataset, 10)
-        assert recipe.selector_cfg.max_epochs == (6 if cfg.dataset.sample else paper_epochs)
+        assert recipe.selector_cfg.max_epochs == (5 if cfg.dataset.sample else paper_epochs)
+        assert recipe.answerer_cfg.max_epochs == (2 if cfg.dataset.sample else paper_epochs)
     else:
         assert isinstance(recipe, End2End) and recipe.empty_question == (model == "c_only")
         paragraph_tokens = {"hotpotqa_20k": 300, "2wiki_20k": 500}.get(dataset, 250)
@@ -58,7 +60,7 @@ def test_every_model_and_dataset_config_composes_and_instantiates(model: str, da
         effective_batch = official.micro_batch_size * official.accumulate_grad_batches
         assert effective_batch == (12 if dataset.startswith("musique") else 16) and official.gradient_checkpointing
         assert official.max_epochs == 3 and official.validate
-    trainer = instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
+    trainer = instantiate(lightning_trainer_kwargs(cfg), logger=False, enable_progress_bar=False)
     assert trainer.gradient_clip_val == 1.0 and trainer.max_epochs == 3
 
 
