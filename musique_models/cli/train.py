@@ -262,11 +262,11 @@ def free_cores(interval: float = 0.2) -> int | None:
 # Warnings that say nothing actionable about a run: library deprecations, and Lightning's advice on workers, custom
 # batch samplers (ours covers every row) and logging intervals longer than a tiny epoch. Literal message starts.
 QUIET_WARNINGS = (
-    "`isinstance(treespec, LeafSpec)` is deprecated",
+    "`isinstance(treespec",  # ", LeafSpec)` is deprecated" (a comma would break PYTHONWARNINGS)
     "The number of training batches",
     "You are using a custom batch sampler",
-    "The '",
-)  # "The 'train_dataloader' does not have many workers"
+    "The '",  # "The 'train_dataloader' does not have many workers"
+)
 
 
 def quiet_libraries() -> None:
