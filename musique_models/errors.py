@@ -46,7 +46,8 @@ class DatasetNotFoundError(MusiqueModelsError, FileNotFoundError):
     """A configured dataset file is absent; the message says where to get it."""
 
 
-# Hydra and OmegaConf errors that come from what a user typed (a bad override, an unknown option, a missing key).
+# Hydra's and OmegaConf's errors that come from what a user typed (a bad override, an unknown option, a missing key).
+_CONFIG_ERROR_MODULES = ("hydra.errors", "omegaconf.errors")
 _CONFIG_ERRORS = (
     "ConfigCompositionException",
     "OverrideParseException",
@@ -68,9 +69,9 @@ def user_error_message(error: BaseException) -> str | None:
         seen.add(id(error))
         if isinstance(error, MusiqueModelsError):
             return str(error)
-        if type(error).__name__ in _CONFIG_ERRORS:
+        if type(error).__module__ in _CONFIG_ERROR_MODULES and type(error).__name__ in _CONFIG_ERRORS:
             return " ".join(str(error).split("Config search path")[0].split())
-        error = error.__cause__ or error.__context__  # instantiate() wraps the error of the object it builds
+        error = error.__cause__  # instantiate() raises its own error `from` the error of the object it builds
     return None
 
 

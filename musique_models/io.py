@@ -88,6 +88,6 @@ def code_fingerprint(*modules: str) -> str:
         origin = Path(spec.origin)
         files = sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
         for path in files:
-            digest.update(path.name.encode())
+            digest.update(f"{module}:{path.relative_to(origin.parent)}".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

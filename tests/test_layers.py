@@ -28,11 +28,19 @@ def _layer(module: str) -> int:
     return LAYERS.index(parts[1])
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every `musique_models` import in a file, at any depth."""
+def _imports(path: Path, module_name: str | None = None) -> list[tuple[int, str]]:
+    """(line, module) of every `musique_models` import in a file, at any depth; relative imports are resolved
+    against `module_name` (the file's own module)."""
     found = []
+    package = (module_name or "").split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = package[: len(package) - node.level + 1]
+            names = [node.module] if node.module else [alias.name for alias in node.names]
+            found.extend((node.lineno, ".".join([*base, name])) for name in names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module == "musique_models":  # `from musique_models import training` imports a layer
                 found.extend(
                     (node.lineno, f"musique_models.{alias.name}" if alias.name in LAYERS else node.module)
@@ -70,8 +78,18 @@ def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
     assert not upward, "\n".join(upward)
 
 
-def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+def test_the_checker_sees_upward_imports_absolute_relative_and_inside_functions(tmp_path: Path) -> None:
     offending = tmp_path / "offending.py"
-    offending.write_text("def f():\n    from musique_models.training.stage import run_stage\n")
-    ((line, module),) = _imports(offending)
-    assert line == 2 and _layer(module) == LAYERS.index("training") > _layer("musique_models.models.answerer")
+    offending.write_text(
+        "def f():\n    from musique_models.training.stage import run_stage\n"
+        "from ..training import stage\nfrom ..recipes.base import RunContext\nfrom . import decoding\n"
+    )
+    found = sorted(_imports(offending, "musique_models.models.offending"))
+    assert found == [
+        (2, "musique_models.training.stage"),
+        (3, "musique_models.training"),
+        (4, "musique_models.recipes.base"),
+        (5, "musique_models.models.decoding"),
+    ]
+    own = _layer("musique_models.models.offending")
+    assert [line for line, module in found if _layer(module) > own] == [2, 3, 4]

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from musique_models import PROJECT_ROOT
 from tests.conftest import SAMPLES, run_python
 
 GOLD = str(SAMPLES / "musique_full/dev_derived.jsonl")
 PREDICTIONS = str(SAMPLES / "musique_full/dev_derived.jsonl")  # never read: each case fails before
-EVALUATE = ["evaluate.py"]
+EVALUATE = [str(PROJECT_ROOT / "evaluate.py")]
 PROBE = ["-m", "musique_models.data.probe", "dataset=hotpotqa_20k", "dataset.sample=true"]
 SUMMARY = ["-m", "musique_models.data.summary"]
 CONTRAST = ["-m", "musique_models.data.contrast"]
@@ -57,11 +58,12 @@ CASES = {
 
 
 def run_tool(arguments: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """Run `python ARGUMENTS` from the repository root, with caches and logs under `tmp_path`."""
+    """Run `python ARGUMENTS` from an empty working folder `tmp_path/cwd`, with caches and logs under `tmp_path`."""
     arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in arguments]
     if arguments[0] != "-m" or "contrast" not in arguments[1]:  # the Hydra tools
         arguments += [f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs"]
-    return run_python(arguments, timeout=120)
+    (tmp_path / "cwd").mkdir()
+    return run_python(arguments, cwd=tmp_path / "cwd", timeout=120)
 
 
 @pytest.mark.parametrize(("arguments", "key_word"), list(CASES.values()), ids=list(CASES))
@@ -71,4 +73,5 @@ def test_user_errors_are_one_line_and_exit_2(arguments: list[str], key_word: str
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and lines[0] != "error: ", result.stderr
     assert key_word in lines[0]
-    assert not (tmp_path / "logs").exists()  # no Hydra run folder, even on failure
+    # no Hydra run folder, .hydra/ or log file, even on failure: neither in the working folder nor under the logs
+    assert not list((tmp_path / "cwd").iterdir()) and not (tmp_path / "logs").exists()

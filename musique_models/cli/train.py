@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 STATUS_FILE = "status.json"
 CONFIG_FILE = "config.yaml"
 # Keys that may differ between a run and its resumption (`ckpt_path=last`): where files are, how progress is shown
-# and logged, when resume points are written. Everything else (data, model, optimisation) must match.
+# and logged, when resume points are written. Everything else (data, model, optimisation, the best-checkpoint and
+# early-stopping callbacks) must match.
 RESUME_SAFE_KEYS = (
     "ckpt_path",
     "paths",
@@ -34,6 +35,8 @@ RESUME_SAFE_KEYS = (
     "model.num_workers",
     "model.eval_batch_size",
 )
+# ... except these, which decide what a stage keeps and when it stops.
+RESUME_CHECKED_KEYS = ("callbacks.model_checkpoint", "callbacks.early_stopping")
 
 
 class RunConfigError(MusiqueModelsError):
@@ -60,7 +63,13 @@ def train(cfg: DictConfig) -> float | None:
     console = Console()
     console.print(f"run folder: {output_dir}")
     write_to_log_file(f"run folder: {output_dir}")
-    check_run_config(cfg, output_dir)
+    try:
+        check_run_config(cfg, output_dir)
+    except RunConfigError as error:
+        log.error("refused: %s", error)
+        if not (output_dir / CONFIG_FILE).exists():  # never overwrite the status of the run that is there
+            write_json(output_dir / STATUS_FILE, {"status": "refused", "error": str(error)})
+        raise
     write_json(output_dir / STATUS_FILE, {"status": "running", "pid": os.getpid()})
     try:
         result = _train(cfg, output_dir, console)
@@ -77,6 +86,11 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
     """Refuse, before anything is loaded, what cannot be done as asked: a resume of another run's config, a new
     run over a finished one, an unknown evaluation split, `eval_size` <= 0, a GPU trainer without a GPU."""
     saved = output_dir / CONFIG_FILE
+    if cfg.get("ckpt_path") not in (None, "last"):
+        raise RunConfigError(
+            f"ckpt_path={cfg.ckpt_path}: ckpt_path takes `last` (resume the run in hydra.run.dir); "
+            "to reuse a trained selector pass model.selector_checkpoint=PATH"
+        )
     if cfg.get("ckpt_path") == "last":
         if not saved.exists():
             raise RunConfigError(
@@ -114,17 +128,18 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
 
 def config_differences(saved: DictConfig, current: DictConfig) -> list[str]:
     """Keys whose resolved values differ between a saved run config and `current`, leaving out the resume-safe
-    keys and every key whose value is derived from `paths` (a moved run folder still resumes)."""
-    current_resolved = _flatten(OmegaConf.to_container(current, resolve=True))
-    raw = _flatten(OmegaConf.to_container(current, resolve=False))
+    keys. `current` is resolved with the saved run's `paths`, so a moved run folder (or repository) still resumes
+    while a changed data file (`dataset.files.train=...`) is caught."""
     saved_values = _flatten(OmegaConf.to_container(saved, resolve=False))
+    probe = OmegaConf.to_container(current, resolve=False)
+    probe["paths"] = OmegaConf.to_container(saved, resolve=False).get("paths", probe.get("paths"))
+    current_values = _flatten(OmegaConf.to_container(OmegaConf.create(probe), resolve=True))
     differing = []
-    for key in sorted(set(current_resolved) | set(saved_values)):
-        if any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS):
+    for key in sorted(set(current_values) | set(saved_values)):
+        checked = any(key == kept or key.startswith(f"{kept}.") for kept in RESUME_CHECKED_KEYS)
+        if not checked and any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS):
             continue
-        if "${paths." in str(raw.get(key, "")) or "${hydra:" in str(raw.get(key, "")):
-            continue
-        if current_resolved.get(key, "<absent>") != saved_values.get(key, "<absent>"):
+        if current_values.get(key, "<absent>") != saved_values.get(key, "<absent>"):
             differing.append(key)
     return differing
 
@@ -144,13 +159,8 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
     import pytorch_lightning as pl
     from hydra.utils import instantiate
 
-    from musique_models.data.schema import Example
     from musique_models.data.source import DatasetSource
     from musique_models.data.summary import print_summary
-    from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
-    from musique_models.evaluation.gold import gold_from_example
-    from musique_models.evaluation.predictions import write_predictions
-    from musique_models.recipes.base import Recipe, RunContext
     from musique_models.training.loggers import close_run_loggers, run_loggers
     from musique_models.training.malloc import keep_freed_memory
 
@@ -169,8 +179,28 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
             "No model is configured (~model): nothing was trained. Choose one with model=<name> (see conf/model/)."
         )
         return None
-    evaluation = splits[cfg.eval_split]
     loggers = run_loggers(cfg, output_dir)
+    try:
+        return _run_recipe(cfg, output_dir, console, source, splits, loggers)
+    except BaseException:
+        close_run_loggers(loggers, "failed")
+        raise
+
+
+def _run_recipe(
+    cfg: DictConfig, output_dir: Path, console: Console, source: Any, splits: dict[str, Any], loggers: list[Any]
+) -> float | None:
+    """Run the configured recipe on the loaded splits; write, log and show its predictions' scores."""
+    from hydra.utils import instantiate
+
+    from musique_models.data.schema import Example
+    from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
+    from musique_models.evaluation.gold import gold_from_example
+    from musique_models.evaluation.predictions import write_predictions
+    from musique_models.recipes.base import Recipe, RunContext
+    from musique_models.training.loggers import close_run_loggers
+
+    evaluation = splits[cfg.eval_split]
     context = RunContext(
         cfg=cfg,
         source=source,
@@ -183,11 +213,7 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
     recipe = instantiate(cfg.model, _recursive_=False)
     if not isinstance(recipe, Recipe):
         raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name and run)")
-    try:
-        predictions = recipe.run(context)
-    except BaseException:
-        close_run_loggers(loggers, "failed")
-        raise
+    predictions = recipe.run(context)
     report = evaluate_predictions(context.eval_golds, predictions)
     write_predictions(output_dir / "predictions.jsonl", predictions)
     write_json(output_dir / "metrics.json", report.metrics)
@@ -239,14 +265,21 @@ def set_threads(threads: int | str | None) -> None:
 
 
 def free_cores(interval: float = 0.2) -> int | None:
-    """Cores not kept busy by other processes: cores - busy cores over `interval` s while this process waits
-    (Linux's /proc/stat; None elsewhere). At least 1."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """Cores of this process's CPU set that other processes leave free: the set's size (capped by a cgroup CPU
+    quota) minus its busy cores over `interval` s while this process waits (Linux's /proc/stat; None
+    elsewhere). At least 1."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
-    def busy_and_total() -> tuple[int, int]:
-        values = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-        return sum(values) - idle, sum(values)
+    def busy_and_total() -> tuple[float, float]:
+        busy = total = 0.0
+        for line in Path("/proc/stat").read_text().splitlines():
+            name, *values = line.split()
+            if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in allowed:
+                continue
+            counts = [int(value) for value in values]
+            idle = counts[3] + (counts[4] if len(counts) > 4 else 0)  # idle + iowait
+            busy, total = busy + sum(counts) - idle, total + sum(counts)
+        return busy, total
 
     try:
         busy_before, total_before = busy_and_total()
@@ -254,9 +287,19 @@ def free_cores(interval: float = 0.2) -> int | None:
         busy_after, total_after = busy_and_total()
     except (OSError, ValueError, IndexError):
         return None
-    machine_cores = os.cpu_count() or cores
-    busy_cores = (busy_after - busy_before) / max(total_after - total_before, 1) * machine_cores
-    return max(1, min(cores, round(cores - busy_cores)))
+    if total_after <= total_before:
+        return None
+    busy_cores = (busy_after - busy_before) / (total_after - total_before) * len(allowed)
+    return max(1, min(cpu_quota(len(allowed)), round(len(allowed) - busy_cores)))
+
+
+def cpu_quota(cores: int) -> int:
+    """The cgroup (v2) CPU quota in whole cores (`cpu.max`), or `cores` when there is none."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    return cores if quota == "max" else max(1, min(cores, int(int(quota) / int(period))))
 
 
 # Warnings that say nothing actionable about a run: library deprecations, and Lightning's advice on workers, custom

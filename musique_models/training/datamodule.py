@@ -17,6 +17,9 @@ from transformers import PreTrainedTokenizerFast
 from musique_models.io import code_fingerprint
 from musique_models.training.loaders import BalancedNegatives, BucketBatchSampler, PaddingCollator, ResumableDataLoader
 
+# The code features depend on: the featurisers and the answer normalisation their labels use (answer types).
+FEATURE_CODE = ("musique_models.features", "musique_models.evaluation.metrics")
+
 
 def featurize(
     table: datasets.Dataset,
@@ -36,7 +39,7 @@ def featurize(
         {
             "input": table._fingerprint,
             "function": f"{function.__module__}.{function.__qualname__}",
-            "code": code_fingerprint("musique_models.features", function.__module__),
+            "code": code_fingerprint(*FEATURE_CODE, function.__module__),
             "tokenizer": tokenizer.name_or_path,
             "vocab": len(tokenizer),
             "settings": settings,

@@ -165,14 +165,12 @@ def run_stage(
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     best_callback = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor is not None), None)
     best = best_callback.best_model_path if best_callback is not None else ""
-    if not best:  # the stage did not validate (or ran with fast_dev_run): its final weights are the best
+    if best and not Path(best).resolve().is_relative_to(checkpoint_dir.resolve()):
+        # a run folder moved mid-stage: Lightning restores the old absolute path; the file is here under its name
+        best = str(checkpoint_dir / Path(best).name)
+    if not best or not Path(best).exists():  # no validation (or fast_dev_run): the final weights are the best
         best = str(checkpoint_dir / "best.ckpt")
         trainer.save_checkpoint(best, weights_only=True)
-    for resume_point in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps"):
-        if resume_point.is_dir():
-            shutil.rmtree(resume_point)
-        else:
-            resume_point.unlink(missing_ok=True)
     logged = trainer.fit_loop.epoch_loop._batches_that_stepped
     write_json(
         stage_dir / STAGE_FILE,
@@ -182,6 +180,12 @@ def run_stage(
             "global_step": trainer.global_step,
         },
     )
+    # Only now that the stage is recorded as finished: nothing resumes it any more, its resume points can go.
+    for resume_point in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps"):
+        if resume_point.is_dir():
+            shutil.rmtree(resume_point)
+        else:
+            resume_point.unlink(missing_ok=True)
     return StageResult(best)
 
 

@@ -17,7 +17,7 @@ import torch
 from musique_models.cli.train import RunConfigError, free_cores, train
 from musique_models.errors import MusiqueModelsError
 from musique_models.models.selector import load_selector
-from tests.conftest import run_python
+from tests.conftest import SAMPLES, run_python
 
 TINY = [
     "backbone=tiny",
@@ -47,6 +47,17 @@ def test_resume_refuses_another_config_and_resumes_the_same_one_even_after_a_mov
         train(compose_train_cfg([*TINY, f"paths.output_dir={first}"]))
     with pytest.raises(RunConfigError, match=r"Differing keys: .*dataset\.name"):
         train(compose_train_cfg([*TINY, "dataset=hotpotqa_20k", f"paths.output_dir={first}", "ckpt_path=last"]))
+    other_file = f"dataset.sample_files.train={SAMPLES}/musique_full/train_derived.jsonl"
+    with pytest.raises(RunConfigError, match=r"Differing keys: dataset\.sample_files\.train$"):
+        train(compose_train_cfg([*TINY, other_file, f"paths.output_dir={first}", "ckpt_path=last"]))
+    with pytest.raises(RunConfigError, match=r"Differing keys: callbacks\.early_stopping\.patience$"):
+        train(
+            compose_train_cfg(
+                [*TINY, "callbacks.early_stopping.patience=9", f"paths.output_dir={first}", "ckpt_path=last"]
+            )
+        )
+    with pytest.raises(RunConfigError, match="ckpt_path takes `last`"):
+        train(compose_train_cfg([*TINY, f"paths.output_dir={first}", "ckpt_path=/some/answerer.ckpt"]))
     with pytest.raises(RunConfigError, match="holds no run"):
         train(compose_train_cfg([*TINY, f"paths.output_dir={tmp_path / 'empty'}", "ckpt_path=last"]))
     assert (first / "predictions.jsonl").read_text() == predictions  # nothing of the finished run was touched

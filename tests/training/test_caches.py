@@ -3,6 +3,7 @@ reuses a stale entry."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
 from pathlib import Path
@@ -46,9 +47,40 @@ def test_features_are_recomputed_when_the_featuriser_code_changes(tmp_path: Path
     again = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
     assert again.cache_files == first.cache_files  # same code, same settings: reused
     real = datamodule.code_fingerprint
-    monkeypatch.setattr(datamodule, "code_fingerprint", lambda *modules: "edited" + real(*modules))
+    # an edit to the answer normalisation the labels use (outside the features package) also makes new features
+    monkeypatch.setattr(
+        datamodule,
+        "code_fingerprint",
+        lambda *modules: real(*modules) + ("edited" if "musique_models.evaluation.metrics" in modules else ""),
+    )
     edited = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
     assert edited.cache_files != first.cache_files and len(list(tmp_path.glob("pairs-*.arrow"))) == 2
+
+
+def _package_imports(package: Path) -> set[str]:
+    """The `musique_models` modules imported by the files of `package`, outside it and the foundation."""
+    found = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("musique_models."):
+                found.add(node.module)
+    own = f"musique_models.{package.name}"
+    return {m for m in found if not m.startswith(own) and m not in ("musique_models.errors", "musique_models.io")}
+
+
+def test_feature_cache_key_covers_every_module_the_featurisers_import() -> None:
+    imported = _package_imports(PROJECT_ROOT / "musique_models" / "features")
+    assert imported and imported <= set(datamodule.FEATURE_CODE)
+
+
+def test_reader_cache_key_covers_every_module_the_readers_import() -> None:
+    data = PROJECT_ROOT / "musique_models" / "data"
+    covered = set(source_module.READER_MODULES)
+    for module in covered:
+        tree = ast.parse((data / f"{module.rsplit('.', 1)[1]}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("musique_models.data."):
+                assert node.module in covered, f"{module} imports {node.module}, which the cache key leaves out"
 
 
 def test_parsed_splits_are_reparsed_when_the_reader_code_changes(tmp_path: Path, monkeypatch) -> None:
