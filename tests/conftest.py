@@ -29,6 +29,17 @@ from musique_models import PROJECT_ROOT  # noqa: E402
 
 SAMPLES = PROJECT_ROOT / "data" / "samples"
 DATASET_CONFIGS = ["musique_ans", "musique_full", "hotpotqa_20k", "2wiki_20k"]
+# A Select+Answer run of a few seconds: tiny random backbone, 6 training and 4 evaluation questions, one epoch each.
+TINY_SELECT_ANSWER = [
+    "backbone=tiny",
+    "dataset.sample=true",
+    "dataset.train_size=6",
+    "eval_size=4",
+    "model.eval_batch_size=64",
+    "model.selector.max_epochs=1",
+    "model.answerer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+]
 
 
 @pytest.fixture

@@ -17,19 +17,9 @@ import torch
 from musique_models.cli.train import RunConfigError, free_cores, train
 from musique_models.errors import MusiqueModelsError
 from musique_models.models.selector import load_selector
-from tests.conftest import SAMPLES, run_python
+from tests.conftest import SAMPLES, TINY_SELECT_ANSWER, run_python
 
-TINY = [
-    "backbone=tiny",
-    "dataset.sample=true",
-    "dataset.train_size=6",
-    "eval_size=4",
-    "model.eval_batch_size=64",
-    "model.selector.max_epochs=1",
-    "model.answerer.max_epochs=1",
-    "trainer.enable_progress_bar=false",
-    "logger=none",
-]
+TINY = [*TINY_SELECT_ANSWER, "logger=none"]
 
 
 @pytest.mark.slow

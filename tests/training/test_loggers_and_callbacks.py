@@ -10,20 +10,15 @@ from pathlib import Path
 import pytest
 
 from musique_models.cli.train import train
+from tests.conftest import TINY_SELECT_ANSWER
 from tests.training.helpers import RecordingLogger
 
 TINY = [
-    "backbone=tiny",
-    "dataset.sample=true",
-    "dataset.train_size=6",
-    "eval_size=4",
-    "model.eval_batch_size=64",
-    "model.selector.max_epochs=1",
+    *TINY_SELECT_ANSWER,
     "model.answerer.max_epochs=2",
     "model.answerer.validate=true",
     "model.answerer.micro_batch_size=4",
     "trainer.log_every_n_steps=1",
-    "trainer.enable_progress_bar=false",
 ]
 
 
