@@ -9,7 +9,8 @@ Heads on the encoder's token states (shapes: B windows, T tokens, M markers, H h
 - answerability (MuSiQue-Full): one logit on the first token (B,); binary cross-entropy;
 - answer type (HotpotQA/2Wiki yes/no questions): span / yes / no logits on the first token (B, 3).
 Datasets without unanswerable (or yes/no) questions get no such head; its output is then a constant.
-Unanswerable questions get no span and no support loss; yes/no questions get no span loss.
+Unanswerable questions get no span loss and a support loss with every label 0 (as the official model; with
+`single_support`, no support loss); yes/no questions get no span loss.
 """
 
 from __future__ import annotations
@@ -150,11 +151,13 @@ class MultiParagraphAnswerer(QAModule):
             )  # (B,)
             loss = loss + _masked_mean(support, has_gold.float())
         else:
-            support_mask = (batch["marker_mask"] & answerable[:, None]).float()  # (B, M)
+            # as the official model: unanswerable questions are supervised too, with every label 0 (no paragraph
+            # supports an answer that is not there)
+            labels = batch["support_labels"] * answerable[:, None]  # (B, M)
             support = nn.functional.binary_cross_entropy_with_logits(
-                outputs["support_logits"], batch["support_labels"], reduction="none"
+                outputs["support_logits"], labels, reduction="none"
             )  # (B, M)
-            loss = loss + _masked_mean(support, support_mask)
+            loss = loss + _masked_mean(support, batch["marker_mask"].float())
         if self.answerability_head:
             loss = loss + nn.functional.binary_cross_entropy_with_logits(
                 outputs["answerable_logit"], batch["answerable"].float()

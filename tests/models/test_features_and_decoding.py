@@ -23,6 +23,7 @@ from musique_models.features.context import (
     ordered_paragraphs,
 )
 from musique_models.features.selector import featurize_selector
+from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import load_tokenizer
 from musique_models.models.decoding import best_spans, decode_predictions, window_outputs
 from musique_models.training.datamodule import featurize
@@ -189,3 +190,37 @@ def test_featurisers_refuse_what_they_cannot_encode_with_a_clear_error(tmp_path)
     long_question = datasets.Dataset.from_list([{**example, "question": "why " * 80}])
     with pytest.raises(FeaturizationError, match="a question of 80 tokens leaves no room"):
         featurize(long_question, featurize_answerer, tokenizer, tmp_path, "long", **settings)
+
+
+def test_unanswerable_rows_are_supervised_for_support_with_every_label_zero() -> None:
+    """As the official model: an unanswerable row's markers count in the support loss, with labels 0 whatever
+    the data's is_supporting flags say (a MuSiQue-Full contrast keeps the flags of its other hops)."""
+    spec = instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/tiny.yaml"))
+    answerer = MultiParagraphAnswerer(spec, vocab_size=30523, answerability_head=True)
+    batch = {
+        "answerable": torch.tensor([1, 0]),
+        "answer_type": torch.tensor([0, 0]),
+        "start_position": torch.tensor([1, 0]),
+        "end_position": torch.tensor([1, 0]),
+        "support_labels": torch.tensor([[1.0, 0.0], [1.0, 0.0]]),  # the unanswerable row keeps a flag
+        "marker_mask": torch.tensor([[True, True], [True, True]]),
+    }
+
+    def loss_with(unanswerable_support_logits: list[float]) -> float:
+        outputs = {
+            "start_logits": torch.zeros(2, 4),
+            "end_logits": torch.zeros(2, 4),
+            "support_logits": torch.tensor([[0.0, 0.0], unanswerable_support_logits]),
+            "answerable_logit": torch.zeros(2),
+            "type_logits": torch.zeros(2, 3),
+        }
+        return float(answerer.loss(batch, outputs))
+
+    # pushing the unanswerable row's support logits up raises the loss (label 0), down lowers it
+    assert loss_with([5.0, 5.0]) > loss_with([0.0, 0.0]) > loss_with([-5.0, -5.0])
+    expected_support = torch.nn.functional.binary_cross_entropy_with_logits(
+        torch.tensor([0.0, 0.0, 3.0, -1.0]), torch.tensor([1.0, 0.0, 0.0, 0.0])
+    )
+    span = torch.log(torch.tensor(4.0))  # uniform start and end over 4 tokens, answerable row only
+    answerability = torch.nn.functional.binary_cross_entropy_with_logits(torch.zeros(2), torch.tensor([1.0, 0.0]))
+    assert loss_with([3.0, -1.0]) == pytest.approx(float(span + expected_support + answerability), rel=1e-5)
