@@ -45,7 +45,7 @@ class End2End:
 
     def run(self, context: RunContext) -> list[Prediction]:
         cfg = context.cfg
-        backbone: BackboneSpec = instantiate(cfg.backbone)
+        backbone: BackboneSpec = instantiate(self.reader_cfg.backbone)
         tokenizer = load_tokenizer(backbone)
         include_title = bool(cfg.dataset.get("include_title", False))
         settings = {

@@ -78,12 +78,15 @@ class SelectAnswer:
 
     def run(self, context: RunContext) -> list[Prediction]:
         cfg, run_dir = context.cfg, context.run_dir
-        backbone: BackboneSpec = instantiate(cfg.backbone)
-        tokenizer = load_tokenizer(backbone)
+        # a reused selector brings its own backbone (its tokenizer must featurise the pairs it scores)
+        reused = load_selector(self.selector_checkpoint) if self.selector_checkpoint else None
+        selector_backbone: BackboneSpec = reused.hparams.backbone if reused else instantiate(self.selector_cfg.backbone)
+        answerer_backbone: BackboneSpec = instantiate(self.answerer_cfg.backbone)
+        tokenizer = load_tokenizer(selector_backbone)
         cache = f"{cfg.paths.cache_dir}/features"
         include_title = bool(cfg.dataset.get("include_title", False))
         selector_settings = {
-            "max_length": min(self.selector_cfg.max_length, backbone.max_length),
+            "max_length": min(self.selector_cfg.max_length, selector_backbone.max_length),
             "include_title": include_title,
         }
 
@@ -95,11 +98,11 @@ class SelectAnswer:
         eval_pairs = featurize(
             context.evaluation, featurize_selector, tokenizer, cache, "selector-eval", **selector_settings
         )
-        if self.selector_checkpoint:
-            selector = load_selector(self.selector_checkpoint)
+        if reused is not None:
+            selector = reused
         else:
             selector = ParagraphSelector(
-                backbone,
+                selector_backbone,
                 len(tokenizer),
                 top_k=self.top_k,
                 lr=self.selector_cfg.lr,
@@ -145,10 +148,11 @@ class SelectAnswer:
                 log.info("selector on the evaluation split: %s", metrics)
 
         # Stage 2: the answerer, on the selector's own top-K.
+        tokenizer = load_tokenizer(answerer_backbone)
         train_table = context.train.add_column("selected_idxs", selected["train"])
         eval_table = context.evaluation.add_column("selected_idxs", selected["eval"])
         answerer_settings = {
-            "max_length": min(self.answerer_cfg.max_length, backbone.max_length),
+            "max_length": min(self.answerer_cfg.max_length, answerer_backbone.max_length),
             "stride": self.answerer_cfg.stride,
             "include_title": include_title,
         }
@@ -157,7 +161,7 @@ class SelectAnswer:
         )
         eval_windows = featurize(eval_table, featurize_answerer, tokenizer, cache, "answerer-eval", **answerer_settings)
         answerer = MultiParagraphAnswerer(
-            backbone,
+            answerer_backbone,
             len(tokenizer),
             answerability_head=context.has_unanswerable,
             answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)),

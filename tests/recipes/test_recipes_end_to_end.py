@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.utils import instantiate
 
 from musique_models import PROJECT_ROOT
@@ -17,7 +18,7 @@ from musique_models.models.backbone import BackboneSpec
 from musique_models.recipes.end2end import End2End
 from musique_models.recipes.select_answer import SelectAnswer
 from musique_models.training.stage import lightning_trainer_kwargs
-from tests.conftest import DATASET_CONFIGS, SAMPLES
+from tests.conftest import DATASET_CONFIGS, SAMPLES, TINY_SELECT_ANSWER
 
 MODELS = ["select_answer", "end2end", "c_only"]
 BACKBONES = [
@@ -137,3 +138,27 @@ def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
     assert (run / "config.yaml").exists() and "answerer/val/answer_f1" in next(
         (run / "answerer" / "csv").rglob("metrics.csv")
     ).read_text()
+
+
+def test_each_component_has_its_own_backbone_defaulting_to_the_runs(compose_train_cfg) -> None:
+    default = compose_train_cfg(["backbone=tiny"])
+    assert default.model.selector.backbone.name == default.model.answerer.backbone.name == "tiny"
+    mixed = compose_train_cfg(["backbone=tiny", "+backbone@model.selector.backbone=roberta_large"])
+    assert mixed.model.selector.backbone.name == "roberta_large" and mixed.model.answerer.backbone.name == "tiny"
+    assert mixed.model.selector.lr == 2e-5 and mixed.model.answerer.lr == 1e-4  # each from its own backbone
+    end2end = compose_train_cfg(["model=end2end", "backbone=tiny", "+backbone@model.reader.backbone=tiny_longformer"])
+    assert end2end.model.reader.backbone.name == "tiny_longformer"
+
+
+@pytest.mark.slow
+def test_select_answer_trains_each_stage_on_its_own_backbone(compose_train_cfg, tmp_path: Path) -> None:
+    cfg = compose_train_cfg([*TINY_SELECT_ANSWER, "logger=none", "+backbone@model.answerer.backbone=tiny_longformer"])
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    stored = {
+        stage: torch.load(run / stage / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=False)
+        for stage in ("selector", "answerer")
+    }
+    assert stored["selector"]["hyper_parameters"]["backbone"].name == "tiny"
+    assert stored["answerer"]["hyper_parameters"]["backbone"].name == "tiny_longformer"
+    assert any("attention.self.query_global" in key for key in stored["answerer"]["state_dict"])  # a Longformer
