@@ -40,7 +40,9 @@ def test_embedded_default_is_select_answer_with_minilm_on_the_musique_ans_sample
     assert cfg.model.selector.micro_batch_size == 8 and not cfg.model.selector.validate
     assert not cfg.model.answerer.validate
     paper = compose_train_cfg(["dataset=musique_full"])
-    assert paper.model.answerer.micro_batch_size * paper.model.answerer.accumulate_grad_batches == 12
+    assert (
+        paper.model.answerer.micro_batch_size * paper.model.answerer.accumulate_grad_batches == 16
+    )  # the official answerer batch
     assert paper.model.selector.micro_batch_size == 16 and paper.model.selector.check_val_every_n_epoch == 1
     assert paper.model.selector.validate and paper.model.answerer.validate
     assert paper.model.selector.lr == 1e-4 and compose_train_cfg(["backbone=roberta_large"]).model.selector.lr == 2e-5

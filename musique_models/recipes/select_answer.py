@@ -119,7 +119,7 @@ class SelectAnswer:
                 cfg,
                 self.selector_cfg,
                 run_dir,
-                monitor="val/recall_at_k",
+                monitor="val/rank_f1",  # the official selector keeps its best rank F1
                 shared_loggers=context.loggers,
             )
             selector = ParagraphSelector.load_from_checkpoint(result.best_checkpoint, map_location="cpu")

@@ -34,13 +34,19 @@ class StageResult:
 
 
 def stage_callbacks(
-    cfg: DictConfig, checkpoint_dir: Path, monitor: str | None, mode: str, has_loggers: bool
+    cfg: DictConfig,
+    checkpoint_dir: Path,
+    monitor: str | None,
+    mode: str,
+    has_loggers: bool,
+    stage_cfg: DictConfig | None = None,
 ) -> list[pl.Callback]:
     """Every entry of the `callbacks` group, instantiated for one stage (a user's extra callback works as is).
 
     Per stage: an entry with a `dirpath` key writes under the stage's `checkpoints/` folder (its own value, when
     set, is a subfolder); an entry with a non-null `monitor` watches the stage's validation metric, and is left
-    out when the stage does not validate. Learning-rate monitors need a logger and progress bars an enabled bar:
+    out when the stage does not validate; an entry with a `patience` key takes the stage's `patience` (early
+    stopping as the official configs: 2 for the MuSiQue selector, 3 elsewhere). Learning-rate monitors need a logger and progress bars an enabled bar:
     they are left out otherwise.
     """
     callbacks = []
@@ -55,6 +61,8 @@ def stage_callbacks(
             if monitor is None:
                 continue
             overrides.update(monitor=monitor, mode=mode)
+        if "patience" in callback_cfg and stage_cfg is not None and stage_cfg.get("patience") is not None:
+            overrides["patience"] = stage_cfg.patience
         if name == "step_checkpoint" and not callback_cfg.get("every_n_train_steps"):
             continue
         callback = instantiate(callback_cfg, **overrides)
@@ -157,7 +165,7 @@ def run_stage(
     offset = logged_steps_before(run_dir, name)
     loggers = [StageLogger(logger, name, offset) for logger in shared_loggers]
     loggers += [StageLogger(logger, name, offset, own=True) for logger in stage_file_loggers(cfg, stage_dir)]
-    callbacks = stage_callbacks(cfg, checkpoint_dir, monitor if validates else None, mode, bool(loggers))
+    callbacks = stage_callbacks(cfg, checkpoint_dir, monitor if validates else None, mode, bool(loggers), stage_cfg)
     trainer = build_trainer(cfg, stage_cfg, callbacks, loggers, stage_dir)
     resume_from = resolve_resume_path(cfg.get("ckpt_path"), checkpoint_dir)
     if resume_from is not None:

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 from hydra.utils import instantiate
+from pytorch_lightning.callbacks import EarlyStopping
 
 from musique_models import PROJECT_ROOT
 from musique_models.cli.train import train
 from musique_models.models.backbone import BackboneSpec
 from musique_models.recipes.end2end import End2End
 from musique_models.recipes.select_answer import SelectAnswer
-from musique_models.training.stage import lightning_trainer_kwargs
+from musique_models.training.stage import lightning_trainer_kwargs, stage_callbacks
 from tests.conftest import DATASET_CONFIGS, SAMPLES, TINY_SELECT_ANSWER
 
 MODELS = ["select_answer", "end2end", "c_only"]
@@ -60,7 +61,7 @@ def test_every_model_and_dataset_config_composes_and_instantiates(model: str, da
         official = compose_train_cfg([f"model={model}", f"dataset={dataset}", "dataset.sample=false"]).model.reader
         effective_batch = official.micro_batch_size * official.accumulate_grad_batches
         assert effective_batch == (12 if dataset.startswith("musique") else 16) and official.gradient_checkpointing
-        assert official.max_epochs == 3 and official.validate
+        assert official.max_epochs == (10 if dataset == "hotpotqa_20k" else 3) and official.validate
     trainer = instantiate(lightning_trainer_kwargs(cfg), logger=False, enable_progress_bar=False)
     assert trainer.gradient_clip_val == 1.0 and trainer.max_epochs == 3
 
@@ -138,6 +139,40 @@ def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
     assert (run / "config.yaml").exists() and "answerer/val/answer_f1" in next(
         (run / "answerer" / "csv").rglob("metrics.csv")
     ).read_text()
+
+
+# The official experiment configs (StonyBrookNLP/musique experiment_configs/*.jsonnet, setting=full): epochs,
+# early-stopping patience, effective batch (the answerer's and End2End's in questions) and the validation metric.
+OFFICIAL = {
+    ("select_answer", "musique_ans"): {"selector": (3, 2), "answerer": (3, 3, 16)},
+    ("select_answer", "musique_full"): {"selector": (3, 2), "answerer": (3, 3, 16)},
+    ("select_answer", "hotpotqa_20k"): {"selector": (10, 3), "answerer": (10, 3, 16)},
+    ("select_answer", "2wiki_20k"): {"selector": (10, 3), "answerer": (10, 3, 16)},
+    ("end2end", "musique_ans"): {"reader": (3, 3, 12)},
+    ("end2end", "musique_full"): {"reader": (3, 3, 12)},
+    ("end2end", "hotpotqa_20k"): {"reader": (10, 3, 16)},
+    ("end2end", "2wiki_20k"): {"reader": (3, 3, 16)},
+}
+
+
+@pytest.mark.parametrize(("model", "dataset"), list(OFFICIAL), ids=lambda value: str(value))
+def test_official_files_get_the_official_epochs_patience_and_batches(
+    model: str, dataset: str, compose_train_cfg
+) -> None:
+    cfg = compose_train_cfg([f"model={model}", f"dataset={dataset}", "dataset.sample=false"])
+    for stage, expected in OFFICIAL[(model, dataset)].items():
+        stage_cfg = cfg.model[stage]
+        assert (stage_cfg.max_epochs, stage_cfg.patience) == expected[:2] and stage_cfg.validate
+        if len(expected) == 3:
+            assert stage_cfg.micro_batch_size * stage_cfg.accumulate_grad_batches == expected[2]
+
+
+def test_early_stopping_takes_each_stages_patience(compose_train_cfg, tmp_path: Path) -> None:
+    cfg = compose_train_cfg(["dataset=musique_full", "dataset.sample=false"])
+    for stage, patience in (("selector", 2), ("answerer", 3)):
+        callbacks = stage_callbacks(cfg, tmp_path, "val/x", "max", has_loggers=False, stage_cfg=cfg.model[stage])
+        (stopping,) = [c for c in callbacks if isinstance(c, EarlyStopping)]
+        assert stopping.patience == patience and stopping.monitor == "val/x"
 
 
 def test_each_component_has_its_own_backbone_defaulting_to_the_runs(compose_train_cfg) -> None:
