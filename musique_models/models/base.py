@@ -12,7 +12,8 @@ from transformers import get_linear_schedule_with_warmup
 
 
 class QAModule(pl.LightningModule):
-    """Base LightningModule: optimiser and scheduler as the official code (AdamW, 10% warmup, linear decay).
+    """Base LightningModule: AdamW, 10% linear warmup, then linear decay to 0 (the official code's slanted triangular
+    schedule also rises over the first 10% of steps, but decays to lr/32).
 
     The RNG states of torch, numpy and Python are saved in every checkpoint and restored on resume, so a run
     resumed mid-epoch draws the same dropout masks as an uninterrupted one.
