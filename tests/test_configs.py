@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 from musique_models import PROJECT_ROOT
 from musique_models.data.source import DatasetSource
 from musique_models.data.summary import main as summary_main
-from tests.conftest import DATASET_CONFIGS
+from tests.conftest import DATASET_CONFIGS, run_python
 
 
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
@@ -56,15 +55,7 @@ def test_summary_command_prints_the_table(capsys, tmp_path: Path) -> None:
 
 
 def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    return subprocess.run(
-        [sys.executable, *args, f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_python([*args, f"paths.cache_dir={tmp_path}/cache", f"paths.log_dir={tmp_path}/logs"], timeout=300)
 
 
 def test_train_without_a_model_prints_the_summary_and_says_so(tmp_path: Path) -> None:

@@ -148,7 +148,8 @@ class SelectAnswer:
                 log.info("selector on the evaluation split: %s", metrics)
 
         # Stage 2: the answerer, on the selector's own top-K.
-        tokenizer = load_tokenizer(answerer_backbone)
+        if answerer_backbone != selector_backbone:
+            tokenizer = load_tokenizer(answerer_backbone)
         train_table = context.train.add_column("selected_idxs", selected["train"])
         eval_table = context.evaluation.add_column("selected_idxs", selected["eval"])
         answerer_settings = {

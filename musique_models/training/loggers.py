@@ -17,7 +17,7 @@ from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.loggers import Logger
+from pytorch_lightning.loggers import Logger, WandbLogger
 
 WANDB_ID_FILE = "wandb_run_id.txt"
 
@@ -54,12 +54,8 @@ def close_run_loggers(loggers: list[Logger], status: str) -> None:
     run in this process (a Hydra multirun job) starts a run of its own."""
     for logger in loggers:
         logger.finalize(status)
-        if _is_wandb_logger(logger) and logger._experiment is not None:
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger.experiment.finish(exit_code=0 if status == "success" else 1)
-
-
-def _is_wandb_logger(logger: Logger) -> bool:
-    return type(logger).__name__ == "WandbLogger"
 
 
 def stage_file_loggers(cfg: DictConfig, stage_dir: Path) -> list[Logger]:

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from musique_models import PROJECT_ROOT
+from tests.conftest import run_python
 
 
 def test_ddp_sim_two_cpu_processes(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable,
             "train.py",
             "trainer=ddp_sim",
             "backbone=tiny",
@@ -31,12 +26,7 @@ def test_ddp_sim_two_cpu_processes(tmp_path: Path) -> None:
             "logger=wandb",
             f"paths.cache_dir={tmp_path}/cache",
             f"hydra.run.dir={tmp_path}/run",
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        ]
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "distributed_backend=gloo" in result.stderr + result.stdout

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
-from musique_models import PROJECT_ROOT
+from tests.conftest import run_python
 
 RUN = [
     "train.py",
@@ -31,15 +29,7 @@ RUN = [
 
 
 def _train(tmp_path: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    return subprocess.run(
-        [sys.executable, *RUN, f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={run_dir}", *extra],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_python([*RUN, f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={run_dir}", *extra])
 
 
 def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,13 +10,12 @@ import torch
 from hydra.utils import instantiate
 from pytorch_lightning.callbacks import EarlyStopping
 
-from musique_models import PROJECT_ROOT
 from musique_models.cli.train import train
 from musique_models.models.backbone import BackboneSpec
 from musique_models.recipes.end2end import End2End
 from musique_models.recipes.select_answer import SelectAnswer
 from musique_models.training.stage import lightning_trainer_kwargs, stage_callbacks
-from tests.conftest import DATASET_CONFIGS, SAMPLES, TINY_SELECT_ANSWER
+from tests.conftest import DATASET_CONFIGS, SAMPLES, TINY_SELECT_ANSWER, run_python
 
 MODELS = ["select_answer", "end2end", "c_only"]
 BACKBONES = [
@@ -95,11 +91,9 @@ def test_fast_dev_run_select_answer_on_every_sample(dataset: str, compose_train_
 
 
 def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     common = [f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/run"]
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable,
             "train.py",
             "dataset=hotpotqa_20k",
             "backbone=tiny",
@@ -110,28 +104,18 @@ def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
             "model.answerer.validate=true",
             "trainer.enable_progress_bar=false",
             *common,
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        ]
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "run"
-    evaluated = subprocess.run(
+    evaluated = run_python(
         [
-            sys.executable,
             "evaluate.py",
             f"predictions={run}/predictions.jsonl",
             f"gold={SAMPLES}/hotpotqa/dev.json",
             f"output={tmp_path}/metrics.json",
             f"paths.log_dir={tmp_path}/logs",
         ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
