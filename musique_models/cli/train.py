@@ -11,12 +11,24 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from musique_models.data.schema import Example
+from musique_models.data.source import DatasetSource
+from musique_models.data.summary import print_summary
 from musique_models.errors import MusiqueModelsError
+from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
+from musique_models.evaluation.gold import gold_from_example
+from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import atomic_open, write_json
+from musique_models.recipes.base import Recipe, RunContext
+from musique_models.training.loggers import close_run_loggers, run_loggers
+from musique_models.training.malloc import keep_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +57,6 @@ class RunConfigError(MusiqueModelsError):
 
 def run_dir(cfg: DictConfig) -> Path:
     """The run folder: Hydra's output folder when run through Hydra, else `paths.output_dir`."""
-    from hydra.core.hydra_config import HydraConfig
-
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path(cfg.paths.output_dir)
@@ -156,14 +166,6 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
     quiet_libraries()
     set_threads(cfg.trainer.get("threads"))
-    import pytorch_lightning as pl
-    from hydra.utils import instantiate
-
-    from musique_models.data.source import DatasetSource
-    from musique_models.data.summary import print_summary
-    from musique_models.training.loggers import close_run_loggers, run_loggers
-    from musique_models.training.malloc import keep_freed_memory
-
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     keep_freed_memory()
     if not (output_dir / CONFIG_FILE).exists():
@@ -188,18 +190,14 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
 
 
 def _run_recipe(
-    cfg: DictConfig, output_dir: Path, console: Console, source: Any, splits: dict[str, Any], loggers: list[Any]
+    cfg: DictConfig,
+    output_dir: Path,
+    console: Console,
+    source: DatasetSource,
+    splits: dict[str, Any],
+    loggers: list[Any],
 ) -> float | None:
     """Run the configured recipe on the loaded splits; write, log and show its predictions' scores."""
-    from hydra.utils import instantiate
-
-    from musique_models.data.schema import Example
-    from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
-    from musique_models.evaluation.gold import gold_from_example
-    from musique_models.evaluation.predictions import write_predictions
-    from musique_models.recipes.base import Recipe, RunContext
-    from musique_models.training.loggers import close_run_loggers
-
     evaluation = splits[cfg.eval_split]
     context = RunContext(
         cfg=cfg,
@@ -265,32 +263,40 @@ def set_threads(threads: int | str | None) -> None:
 
 
 def free_cores(interval: float = 0.2) -> int | None:
-    """Cores of this process's CPU set that other processes leave free: the set's size (capped by a cgroup CPU
-    quota) minus its busy cores over `interval` s while this process waits (Linux's /proc/stat; None
-    elsewhere). At least 1."""
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-
-    def busy_and_total() -> tuple[float, float]:
-        busy = total = 0.0
-        for line in Path("/proc/stat").read_text().splitlines():
-            name, *values = line.split()
-            if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in allowed:
-                continue
-            counts = [int(value) for value in values]
-            idle = counts[3] + (counts[4] if len(counts) > 4 else 0)  # idle + iowait
-            busy, total = busy + sum(counts) - idle, total + sum(counts)
-        return busy, total
-
+    """Cores of this process's CPU set that other processes leave free, measured over `interval` s while this
+    process waits (Linux's /proc/stat; None elsewhere). See `cores_left_free`."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = set(os.sched_getaffinity(0))
     try:
-        busy_before, total_before = busy_and_total()
+        before = cpu_busy_and_total(Path("/proc/stat").read_text(), allowed)
         time.sleep(interval)
-        busy_after, total_after = busy_and_total()
+        after = cpu_busy_and_total(Path("/proc/stat").read_text(), allowed)
     except (OSError, ValueError, IndexError):
         return None
+    return cores_left_free(before, after, len(allowed), cpu_quota(len(allowed)))
+
+
+def cpu_busy_and_total(stat: str, allowed: set[int]) -> tuple[int, int]:
+    """Busy and total time (jiffies) of the `allowed` CPUs, summed from the `cpuN` lines of /proc/stat."""
+    busy = total = 0
+    for line in stat.splitlines():
+        name, *values = line.split()
+        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in allowed:
+            continue
+        counts = [int(value) for value in values]
+        idle = counts[3] + (counts[4] if len(counts) > 4 else 0)  # idle + iowait
+        busy, total = busy + sum(counts) - idle, total + sum(counts)
+    return busy, total
+
+
+def cores_left_free(before: tuple[int, int], after: tuple[int, int], cores: int, quota: int) -> int | None:
+    """`cores` minus the cores kept busy between two (busy, total) readings, capped by `quota`, at least 1."""
+    (busy_before, total_before), (busy_after, total_after) = before, after
     if total_after <= total_before:
         return None
-    busy_cores = (busy_after - busy_before) / (total_after - total_before) * len(allowed)
-    return max(1, min(cpu_quota(len(allowed)), round(len(allowed) - busy_cores)))
+    busy_cores = (busy_after - busy_before) / (total_after - total_before) * cores
+    return max(1, min(quota, round(cores - busy_cores)))
 
 
 def cpu_quota(cores: int) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from musique_models.cli.train import RunConfigError, free_cores, train
+from musique_models.cli.train import RunConfigError, cores_left_free, cpu_busy_and_total, free_cores, train
 from musique_models.errors import MusiqueModelsError
 from musique_models.models.selector import load_selector
 from tests.conftest import SAMPLES, TINY_SELECT_ANSWER, run_python
@@ -133,10 +133,37 @@ def _spin(seconds: float) -> None:
         pass
 
 
+STAT = "cpu  0 0 0 0 0\ncpu0 {b0} 0 0 {i0} 0\ncpu1 {b1} 0 0 {i1} 0\ncpu2 {b2} 0 0 {i2} 0\ncpu3 {b3} 0 0 {i3} 0\n"
+
+
+def _reading(busy: list[int], idle: list[int], allowed: set[int]) -> tuple[int, int]:
+    values = {f"b{n}": busy[n] for n in range(4)} | {f"i{n}": idle[n] for n in range(4)}
+    return cpu_busy_and_total(STAT.format(**values), allowed)
+
+
+def test_free_cores_arithmetic_counts_only_the_allowed_cpus_and_the_quota() -> None:
+    start = _reading([0] * 4, [0] * 4, {0, 1, 2, 3})
+    one_busy = _reading([100, 0, 0, 0], [0, 100, 100, 100], {0, 1, 2, 3})  # cpu0 busy the whole time
+    assert cores_left_free(start, one_busy, cores=4, quota=4) == 3
+    assert cores_left_free(start, one_busy, cores=4, quota=2) == 2  # a cgroup quota of 2 cores
+    idle = _reading([0] * 4, [100] * 4, {0, 1, 2, 3})
+    assert cores_left_free(start, idle, cores=4, quota=4) == 4
+    # a CPU set of cpu2 and cpu3: cpu0's load is another set's business
+    allowed = {2, 3}
+    assert (
+        cores_left_free(
+            _reading([0] * 4, [0] * 4, allowed), _reading([100, 0, 0, 0], [0, 100, 100, 100], allowed), cores=2, quota=2
+        )
+        == 2
+    )
+    all_busy = _reading([100] * 4, [0] * 4, {0, 1, 2, 3})
+    assert cores_left_free(start, all_busy, cores=4, quota=4) == 1  # never fewer than one thread
+    assert cores_left_free(start, start, cores=4, quota=4) is None  # no time passed
+
+
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
-def test_auto_threads_leave_out_the_cores_other_processes_keep_busy() -> None:
+def test_auto_threads_take_one_thread_when_every_core_is_kept_busy() -> None:
     cores = len(os.sched_getaffinity(0))
-    assert free_cores(0.5) > 1  # nothing else runs during the tests
     spinners = [multiprocessing.Process(target=_spin, args=(3.0,)) for _ in range(cores)]
     for spinner in spinners:
         spinner.start()
