@@ -91,7 +91,7 @@ MODELS: dict[str, ModelSpec] = {
         [
             "model.selector.max_epochs=10",
             "model.selector.lr=1e-4",
-            "model.selector.micro_batch_size=8",
+            "model.selector.micro_batch_size=1",  # questions (each with its gold paragraphs and as many negatives)
             "model.selector.accumulate_grad_batches=1",
             "++model.selector.validate=false",
             "model.answerer.max_epochs=30",

@@ -42,6 +42,16 @@ class DataFormatError(MusiqueModelsError, ValueError):
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
 
 
+class ConfigValueError(MusiqueModelsError, ValueError):
+    """A setting has a value the code does not accept; the message names the key and the accepted values."""
+
+
+def check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
+    """Raise `ConfigValueError` naming `key` unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ConfigValueError(f"{key}={value!r}: expected one of {', '.join(choices)}")
+
+
 class DatasetNotFoundError(MusiqueModelsError, FileNotFoundError):
     """A configured dataset file is absent; the message says where to get it."""
 

@@ -36,13 +36,15 @@ def test_embedded_default_is_select_answer_with_minilm_on_the_musique_ans_sample
     assert cfg.model.name == "select_answer" and cfg.backbone.name == "minilm" and cfg.trainer.accelerator == "auto"
     # on the sample: small batches, no validation (nothing scored twice); on the official files: the paper's settings
     assert cfg.model.answerer.micro_batch_size * cfg.model.answerer.accumulate_grad_batches == 4
-    assert cfg.model.selector.micro_batch_size == 8 and not cfg.model.selector.validate
+    assert cfg.model.selector.micro_batch_size == 2 and not cfg.model.selector.validate  # questions
     assert not cfg.model.answerer.validate
     paper = compose_train_cfg(["dataset=musique_full"])
     assert (
         paper.model.answerer.micro_batch_size * paper.model.answerer.accumulate_grad_batches == 16
     )  # the official answerer batch
-    assert paper.model.selector.micro_batch_size == 16 and paper.model.selector.check_val_every_n_epoch == 1
+    # the official selector batch: 12 questions on MuSiQue, 16 elsewhere
+    assert paper.model.selector.micro_batch_size == 12 and paper.model.selector.check_val_every_n_epoch == 1
+    assert compose_train_cfg(["dataset=hotpotqa_20k"]).model.selector.micro_batch_size == 16
     assert paper.model.selector.validate and paper.model.answerer.validate
     assert paper.model.selector.lr == 1e-4 and compose_train_cfg(["backbone=roberta_large"]).model.selector.lr == 2e-5
 

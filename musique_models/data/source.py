@@ -63,8 +63,8 @@ class DatasetSource:
         hub_path: a Hugging Face hub dataset whose rows have the official fields (users who are online).
         download_help: where users get the official files; shown when a file is missing.
         derived_sample: the shipped sample is derived data (not official); said in every summary.
-        include_title: models prepend paragraph titles to paragraph text (HotpotQA, 2Wiki).
-        yes_no_answers: the dataset has yes/no answers (models add an answer-type head).
+        include_title: readers put paragraph titles before the text (HotpotQA, 2Wiki; "title || text").
+        yes_no_answers: the dataset has yes/no answers (readers add the `( yes | no )` prefix, or a head).
         paper_settings: model settings of the paper's setup for this dataset (epochs, top-K), read by configs.
 
     `include_title`, `yes_no_answers` and `paper_settings` are accepted because the dataset configs carry them,

@@ -134,17 +134,19 @@ def featurize_answerer(
     max_length: int,
     stride: int,
     include_title: bool,
+    prefix: str = "",
 ) -> pa.Table:
-    """Batched `datasets.map` function: one row per window of each question (see the module docstring)."""
+    """Batched `datasets.map` function: one row per window of each question (see the module docstring). `prefix`
+    (the yes/no prefix) opens the context, so it is in the question's first window only."""
     contexts, marker_paragraph, answer_chars = [], [], []
     for paragraphs, selected, answer, aliases in zip(
         batch["paragraphs"], batch["selected_idxs"], batch["answer"], batch["answer_aliases"]
     ):
-        context, spans = build_context(ordered_paragraphs(paragraphs, selected), include_title)
+        context, spans = build_context(ordered_paragraphs(paragraphs, selected), include_title, prefix)
         supporting = {p["idx"] for p in paragraphs if p["is_supporting"]}
         contexts.append(context)
         marker_paragraph.append({span.marker_start: (span.idx, span.idx in supporting) for span in spans})
-        answer_chars.append(locate_answer(context, spans, supporting, [answer, *aliases]) or (-1, -1))
+        answer_chars.append(locate_answer(context, spans, supporting, [answer, *aliases], prefix) or (-1, -1))
     windows = encode_windows(tokenizer, batch["question"], contexts, max_length, stride)
     n_windows = len(windows.example)
     window_of_token = windows.window_of_token

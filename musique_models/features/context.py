@@ -13,6 +13,10 @@ from musique_models.evaluation.metrics import normalize_answer
 PARAGRAPH_MARKER = "[[PP]]"
 # What an answer-type head predicts: a span of the context, or yes / no (HotpotQA and 2Wiki comparisons).
 ANSWER_TYPES = ("span", "yes", "no")
+# The official code's way with yes/no answers: this text opens the context, and "yes" / "no" are read from it as spans.
+YES_NO_PREFIX = "( yes | no )"
+# Between a paragraph's title and its text when titles are included (the official readers' separator).
+TITLE_SEPARATOR = " || "
 
 
 class FeaturizationError(MusiqueModelsError, ValueError):
@@ -29,11 +33,14 @@ class ParagraphSpan:
     text_end: int
 
 
-def build_context(paragraphs: Sequence[dict], include_title: bool) -> tuple[str, list[ParagraphSpan]]:
-    """`[[PP]] title. text [[PP]] title. text ...` in the given order, with each paragraph's offsets."""
-    pieces: list[str] = []
+def build_context(paragraphs: Sequence[dict], include_title: bool, prefix: str = "") -> tuple[str, list[ParagraphSpan]]:
+    """`[prefix ][[PP]] title || text [[PP]] title || text ...` in the given order, with each paragraph's offsets.
+
+    `prefix` (the yes/no prefix, or empty) opens the context before the first marker, as the official readers'
+    `global_prefix`; a paragraph's span covers its title and text."""
+    pieces: list[str] = [f"{prefix} "] if prefix else []
+    length = len(pieces[0]) if prefix else 0
     spans = []
-    length = 0
     for paragraph in paragraphs:
         if PARAGRAPH_MARKER in paragraph["text"] or (include_title and PARAGRAPH_MARKER in paragraph["title"]):
             raise FeaturizationError(
@@ -42,11 +49,11 @@ def build_context(paragraphs: Sequence[dict], include_title: bool) -> tuple[str,
                 "from the data"
             )
         marker_start = length
-        head = f"{PARAGRAPH_MARKER} " + (f"{paragraph['title']}. " if include_title else "")
-        text_start = length + len(head)
-        pieces.append(head + paragraph["text"] + " ")
-        length = text_start + len(paragraph["text"]) + 1
-        spans.append(ParagraphSpan(paragraph["idx"], marker_start, text_start, text_start + len(paragraph["text"])))
+        text = f"{paragraph['title']}{TITLE_SEPARATOR}{paragraph['text']}" if include_title else paragraph["text"]
+        text_start = length + len(PARAGRAPH_MARKER) + 1
+        pieces.append(f"{PARAGRAPH_MARKER} {text} ")
+        length = text_start + len(text) + 1
+        spans.append(ParagraphSpan(paragraph["idx"], marker_start, text_start, text_start + len(text)))
     return "".join(pieces), spans
 
 
@@ -60,13 +67,15 @@ class ContextBuilder:
     """Rebuilds the reader context of a row of a table with `selected_idxs` (picklable, for DDP spawn): what
     decoding slices answers from."""
 
-    def __init__(self, table: Any, include_title: bool) -> None:
+    def __init__(self, table: Any, include_title: bool, prefix: str = "") -> None:
         self.table = table
         self.include_title = include_title
+        self.prefix = prefix
 
     def __call__(self, row: int) -> str:
         example = self.table[row]
-        return build_context(ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), self.include_title)[0]
+        paragraphs = ordered_paragraphs(example["paragraphs"], example["selected_idxs"])
+        return build_context(paragraphs, self.include_title, self.prefix)[0]
 
 
 def answer_type(answer: str) -> int:
@@ -75,37 +84,47 @@ def answer_type(answer: str) -> int:
     return ANSWER_TYPES.index(normalized) if normalized in ("yes", "no") else 0
 
 
-def locate_answer(
-    context: str, spans: Sequence[ParagraphSpan], supporting: set[int], answers: Sequence[str]
-) -> tuple[int, int] | None:
-    """Character span of the answer: its first whole-word occurrence in a supporting paragraph, else in any paragraph.
-
-    Each answer (then alias) is tried exactly, then ignoring case. None when no paragraph holds any of them, and
-    for yes/no answers (they are predicted by the answer-type head, not as a span).
-    """
-    if answers and answer_type(answers[0]) != 0:
+def answer_offset(answer: str, text: str) -> int | None:
+    """Where `answer` starts in `text` by the official readers' order of preference: as a word with a space on both
+    sides, then with a space before, then with a space after, then anywhere; the same four again ignoring case.
+    The first occurrence of the first pattern that matches; None when none does."""
+    answer = answer.strip()
+    if not answer:
         return None
-    lowered = context.lower()
-    ordered = [s for s in spans if s.idx in supporting] + [s for s in spans if s.idx not in supporting]
-    for answer in answers:
-        if not answer.strip():
-            continue
-        for haystack, needle in ((context, answer), (lowered, answer.lower())):
-            for span in ordered:
-                found = _find_whole_word(haystack, needle, span.text_start, span.text_end)
-                if found != -1:
-                    return found, found + len(answer)
+    for haystack, needle in ((text, answer), (text.lower(), answer.lower())):
+        for pattern, shift in ((f" {needle} ", 1), (f" {needle}", 1), (f"{needle} ", 0), (needle, 0)):
+            found = haystack.find(pattern)
+            if found != -1:
+                return found + shift
     return None
 
 
-def _find_whole_word(haystack: str, needle: str, start: int, end: int) -> int:
-    """First occurrence of `needle` in `haystack[start:end]` not inside a longer word ("no" is not in "known")."""
-    found = haystack.find(needle, start, end)
-    while found != -1:
-        before_ok = found == 0 or not haystack[found - 1].isalnum() or not needle[0].isalnum()
-        after = found + len(needle)
-        after_ok = after >= len(haystack) or not haystack[after].isalnum() or not needle[-1].isalnum()
-        if before_ok and after_ok:
-            return found
-        found = haystack.find(needle, found + 1, end)
-    return -1
+def locate_answer(
+    context: str, spans: Sequence[ParagraphSpan], supporting: set[int], answers: Sequence[str], prefix: str = ""
+) -> tuple[int, int] | None:
+    """Character span of the gold answer in `context`, as the official readers choose it.
+
+    In the LAST supporting paragraph that holds the answer (`answer_offset` in the paragraph's marker-led text);
+    else, or when the answer is part of the yes/no `prefix`, its `answer_offset` in the whole context. Aliases are
+    tried the same way when the answer is nowhere (the official readers use the answer only). None when no answer
+    is in the context, and for yes/no answers without a prefix (the answer-type head predicts those).
+    """
+    if answers and answer_type(answers[0]) != 0 and not prefix:
+        return None
+    for answer in answers:
+        answer = answer.strip()
+        if not answer:
+            continue
+        found = None
+        if not (prefix and answer in prefix):
+            for span in spans:
+                if span.idx in supporting:
+                    # the text as the official reader searches it: the marker and a space before, nothing after
+                    local = answer_offset(answer, context[span.marker_start : span.text_end])
+                    if local is not None:
+                        found = span.marker_start + local
+        if found is None:
+            found = answer_offset(answer, context.rstrip())
+        if found is not None:
+            return found, found + len(answer)
+    return None

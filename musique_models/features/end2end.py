@@ -1,14 +1,18 @@
-"""End2End features: the question and every paragraph, in dataset order, in one long input (as the official EE).
+"""Single-input reader features: the question and its paragraphs in one long input (the official `transformer_rc`
+reader): every paragraph in dataset order for End2End, the selector's top K in rank order for a Longformer answerer.
 
-`<s> question </s></s> [[PP]] paragraph_1 [[PP]] paragraph_2 ... </s>` (the tokenizer's own pair template: BERT's
-`[CLS] q [SEP] c [SEP]` for converted BERT-family models). The question is clipped to `max_question_tokens`,
+`<s> question </s></s> [prefix] [[PP]] paragraph_1 [[PP]] paragraph_2 ... </s>` (the tokenizer's own pair template:
+BERT's `[CLS] q [SEP] c [SEP]` for converted BERT-family models). The question is clipped to `max_question_tokens`,
 each paragraph (title first for HotpotQA/2Wiki) to `max_paragraph_tokens`, and the whole to `max_length`: when
 the clipped paragraphs still do not fit, they share what is left evenly (the largest common per-paragraph cap
-that fits), so no paragraph disappears. Markers are never clipped: every paragraph keeps its marker, its support
-prediction and its original idx.
+that fits), so no paragraph disappears (the official reader cuts the last paragraphs' text instead). Markers are
+never clipped: every paragraph keeps its marker, its support prediction and its original idx. `prefix` is the
+yes/no prefix (`( yes | no )`, HotpotQA and 2Wiki), never clipped.
 
 The rows carry the answerer's columns (`ANSWERER_FEATURES`, one window per question, so decoding is shared)
-plus `global_positions`: the question tokens and the markers, which get Longformer's global attention.
+plus `global_positions`: every token before the context (`<s>`, the question, the separators) and the markers,
+which get Longformer's global attention, as in the official reader. The answer span is (-1, -1), ignored by the
+loss, when the answer is not in the (clipped) input.
 """
 
 from __future__ import annotations
@@ -69,6 +73,16 @@ def shared_cap(lengths: list[int], budget: int, cap: int) -> int:
     return low
 
 
+def _mask_clipped(context: str, spans: list[ParagraphSpan], clipped: list[ParagraphSpan]) -> str:
+    """`context` with the text that clipping drops replaced by NULs (same offsets, never matches an answer)."""
+    pieces, cursor = [], 0
+    for whole, kept in zip(spans, clipped):
+        pieces += [context[cursor : kept.text_end], "\0" * (whole.text_end - kept.text_end)]
+        cursor = whole.text_end
+    pieces.append(context[cursor:])
+    return "".join(pieces)
+
+
 def featurize_end2end(
     batch: dict[str, list],
     rows: list[int],
@@ -78,10 +92,12 @@ def featurize_end2end(
     max_paragraph_tokens: int,
     max_length: int,
     include_title: bool,
+    prefix: str = "",
     empty_question: bool = False,
 ) -> pa.Table:
     """Batched `datasets.map` function: one row per question (see the module docstring). `empty_question` drops
-    the question (the C-only baseline): only the markers get global attention."""
+    the question (the C-only baseline): the special tokens before the context and the markers keep global
+    attention."""
     marker_id = tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER)
     backend = tokenizer.backend_tokenizer
     backend.no_truncation()
@@ -90,7 +106,7 @@ def featurize_end2end(
     special_tokens = len(template) - 2
     contexts, spans_of = [], []
     for paragraphs, selected in zip(batch["paragraphs"], batch["selected_idxs"]):
-        context, spans = build_context(ordered_paragraphs(paragraphs, selected), include_title)
+        context, spans = build_context(ordered_paragraphs(paragraphs, selected), include_title, prefix)
         contexts.append(context)
         spans_of.append(spans)
     questions = [] if empty_question else backend.encode_batch(batch["question"], add_special_tokens=False)
@@ -101,11 +117,13 @@ def featurize_end2end(
         ids = np.asarray(encoding.ids, dtype=np.int32)  # (C,) the whole context: markers and paragraph tokens
         offsets = np.asarray(encoding.offsets, dtype=np.int32).reshape(-1, 2)  # (C, 2)
         marker_tokens = np.flatnonzero(ids == marker_id)  # (P,) one per paragraph, in context order
+        prefix_tokens = int(marker_tokens[0]) if len(marker_tokens) else len(ids)  # the yes/no prefix, if any
         paragraph_ends = np.append(marker_tokens[1:], len(ids))
         lengths = np.minimum(paragraph_ends - marker_tokens - 1, max_paragraph_tokens)
-        budget = max_length - special_tokens - len(question_ids) - len(marker_tokens)
+        budget = max_length - special_tokens - len(question_ids) - prefix_tokens - len(marker_tokens)
         cap = shared_cap(lengths.tolist(), budget, max_paragraph_tokens)
         kept = np.zeros(len(ids), dtype=bool)
+        kept[:prefix_tokens] = True
         spans = []
         for marker, length, span in zip(marker_tokens.tolist(), np.minimum(lengths, cap).tolist(), spans_of[example]):
             kept[marker : marker + 1 + length] = True
@@ -126,8 +144,10 @@ def featurize_end2end(
         paragraphs = batch["paragraphs"][example]
         supporting = {p["idx"] for p in paragraphs if p["is_supporting"]}
         answer = batch["answer"][example]
-        char_span = locate_answer(contexts[example], spans, supporting, [answer, *batch["answer_aliases"][example]])
-        start = end = 0  # the first token: the answer is not in the (clipped) input
+        # the answer is looked for in what the input keeps (clipped text masked), as the official reader clips first
+        shown = _mask_clipped(contexts[example], spans_of[example], spans)
+        char_span = locate_answer(shown, spans, supporting, [answer, *batch["answer_aliases"][example]], prefix)
+        start = end = -1  # ignored by the loss: the answer is not in the (clipped) input
         if char_span is not None:
             in_context = token_offsets[:, 0] >= 0
             starts = np.flatnonzero(
@@ -149,7 +169,8 @@ def featurize_end2end(
         columns["answerable"].append(int(batch["answerable"][example]))
         columns["answer_type"].append(answer_type(answer))
         columns["example_row"].append(rows[example])
-        columns["global_positions"].append(np.concatenate([question_positions, markers]).astype(np.int32))
+        before_context = int(context_positions[0]) if len(context_positions) else len(sequence) - 1
+        columns["global_positions"].append(np.concatenate([np.arange(before_context), markers]).astype(np.int32))
     schema = END2END_FEATURES.arrow_schema
     return pa.table({name: pa.array(values, type=schema.field(name).type) for name, values in columns.items()})
 

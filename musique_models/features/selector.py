@@ -1,4 +1,8 @@
-"""Selector features: one `question [SEP] paragraph` pair per row (title prepended for HotpotQA/2Wiki)."""
+"""Selector features: one `question SEP paragraph` text per row, as the official `text_ranker` reader builds it.
+
+The question and the paragraph are joined by the literal word `SEP` into ONE sequence (not a tokenizer pair),
+paragraph titles left out, and the whole clipped to `max_length` tokens (300 in the official configs).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,18 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerFast
 
+# What the official reader puts between the question and the paragraph (a plain word, not the tokenizer's [SEP]).
+QUESTION_SEPARATOR = " SEP "
 
-def selector_pairs(batch: dict[str, list], rows: list[int], *, include_title: bool) -> dict[str, list]:
-    """Expand a batch of examples into one (untokenised) pair per paragraph. Training balances positives and
+
+def selector_texts(batch: dict[str, list], rows: list[int]) -> dict[str, list]:
+    """Expand a batch of examples into one (untokenised) text per paragraph. Training balances positives and
     negatives by sampling these rows afresh each epoch (`BalancedNegatives`), not here."""
-    out: dict[str, list] = {"question": [], "paragraph": [], "label": [], "example_row": [], "paragraph_idx": []}
+    out: dict[str, list] = {"text": [], "label": [], "example_row": [], "paragraph_idx": []}
     for row, question, paragraphs in zip(rows, batch["question"], batch["paragraphs"]):
+        question = " ".join(question.split())
         for paragraph in paragraphs:
-            out["question"].append(question)
-            out["paragraph"].append(
-                f"{paragraph['title']}. {paragraph['text']}" if include_title else paragraph["text"]
-            )
+            out["text"].append(question + QUESTION_SEPARATOR + " ".join(paragraph["text"].split()))
             out["label"].append(float(paragraph["is_supporting"]))
             out["example_row"].append(row)
             out["paragraph_idx"].append(paragraph["idx"])
@@ -24,14 +29,14 @@ def selector_pairs(batch: dict[str, list], rows: list[int], *, include_title: bo
 
 
 def featurize_selector(
-    batch: dict[str, list], rows: list[int], tokenizer: PreTrainedTokenizerFast, *, max_length: int, include_title: bool
+    batch: dict[str, list], rows: list[int], tokenizer: PreTrainedTokenizerFast, *, max_length: int
 ) -> dict[str, Any]:
-    """Batched `datasets.map` function: tokenised pairs with label, example row and paragraph idx."""
-    pairs = selector_pairs(batch, rows, include_title=include_title)
-    encoded = tokenizer(pairs["question"], pairs["paragraph"], truncation="only_second", max_length=max_length)
+    """Batched `datasets.map` function: tokenised texts with label, example row and paragraph idx."""
+    texts = selector_texts(batch, rows)
+    encoded = tokenizer(texts["text"], truncation=True, max_length=max_length)
     return {
         **{key: encoded[key] for key in encoded},
-        "label": pairs["label"],
-        "example_row": pairs["example_row"],
-        "paragraph_idx": pairs["paragraph_idx"],
+        "label": texts["label"],
+        "example_row": texts["example_row"],
+        "paragraph_idx": texts["paragraph_idx"],
     }

@@ -1,16 +1,18 @@
 """Multi-paragraph answerer (the "Answer" of Select+Answer): reads the selector's top-K paragraphs with markers.
 
 Heads on the encoder's token states (shapes: B windows, T tokens, M markers, H hidden):
-- span: start/end logits per token (B, T); cross-entropy to the answer's first tokens, or to the first
-  token when the window does not hold the answer (as HF `run_qa`);
+- span: start/end logits per token (B, T); cross-entropy to the answer's first and last tokens. A window of a
+  windowed question that does not hold the answer points at its first token (as HF `run_qa`); a single-input
+  question whose answer is not in the input has the label (-1, -1) and no span loss (as the official reader);
 - support: one logit per paragraph marker (B, M); binary cross-entropy, predicted when p > 0.5 (or, with
   `single_support`, a softmax over the markers with cross-entropy to the gold one, the argmax predicted: for
   single-hop use, where exactly one paragraph supports);
 - answerability (MuSiQue-Full): one logit on the first token (B,); binary cross-entropy;
-- answer type (HotpotQA/2Wiki yes/no questions): span / yes / no logits on the first token (B, 3).
-Datasets without unanswerable (or yes/no) questions get no such head; its output is then a constant.
-Unanswerable questions get no span loss and a support loss with every label 0 (as the official model; with
-`single_support`, no support loss); yes/no questions get no span loss.
+- answer type (optional, `answer_type_head`): span / yes / no logits on the first token (B, 3). By default
+  yes/no answers are spans of the `( yes | no )` prefix that opens the context, as in the official code.
+Datasets without unanswerable questions (or without the answer-type option) get no such head; its output is then
+a constant. Unanswerable questions get no span loss and a support loss with every label 0 (as the official model;
+with `single_support`, no support loss); with the answer-type head, yes/no questions get no span loss.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class MultiParagraphAnswerer(QAModule):
         vocab_size: the tokenizer's size (with the paragraph marker).
         answerability_head: train and use the answerability head (datasets with unanswerable questions).
         answer_type_head: train and use the yes/no answer-type head (HotpotQA, 2Wiki).
-        max_answer_tokens: longest answer span considered when decoding.
+        max_answer_tokens: longest answer span considered when decoding; None (the official default): no cap.
         support_threshold: a paragraph is predicted supporting when its probability exceeds this.
         single_support: exactly one supporting paragraph per question (softmax over markers, argmax predicted).
     """
@@ -50,14 +52,15 @@ class MultiParagraphAnswerer(QAModule):
         vocab_size: int,
         answerability_head: bool = False,
         answer_type_head: bool = False,
-        max_answer_tokens: int = 30,
+        max_answer_tokens: int | None = None,
         support_threshold: float = 0.5,
         lr: float = 2e-5,
         weight_decay: float = 0.0,
         warmup_ratio: float = 0.1,
         single_support: bool = False,
+        schedule: str = "linear",
     ) -> None:
-        super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio)
+        super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, schedule=schedule)
         self.save_hyperparameters()
         self.encoder = load_encoder(backbone, vocab_size)
         hidden = self.encoder.config.hidden_size
@@ -136,13 +139,15 @@ class MultiParagraphAnswerer(QAModule):
         produces a gradient for every parameter even when its batch holds no answerable window.
         """
         answerable = batch["answerable"].bool()
-        span_rows = (answerable & (batch["answer_type"] == 0)).float()  # (B,)
+        span_rows = answerable & (batch["start_position"] >= 0)  # (B,): -1 = the answer is not in the input
+        if self.answer_type_head:
+            span_rows &= batch["answer_type"] == 0
         cross_entropy = nn.functional.cross_entropy
         span = (
-            cross_entropy(outputs["start_logits"], batch["start_position"], reduction="none")
-            + cross_entropy(outputs["end_logits"], batch["end_position"], reduction="none")
+            cross_entropy(outputs["start_logits"], batch["start_position"], reduction="none", ignore_index=-1)
+            + cross_entropy(outputs["end_logits"], batch["end_position"], reduction="none", ignore_index=-1)
         ) / 2  # (B,)
-        loss = _masked_mean(span, span_rows)
+        loss = _masked_mean(span, span_rows.float())
         if self.single_support:
             logits = outputs["support_logits"].masked_fill(~batch["marker_mask"], float("-inf"))  # (B, M)
             has_gold = answerable & (batch["support_labels"].sum(dim=1) > 0)  # (B,)

@@ -1,4 +1,4 @@
-"""What every model's LightningModule shares: AdamW with linear warmup then decay, and exact resumption."""
+"""What every model's LightningModule shares: AdamW with a warmup-then-decay schedule, and exact resumption."""
 
 from __future__ import annotations
 
@@ -10,20 +10,37 @@ import pytorch_lightning as pl
 import torch
 from transformers import get_linear_schedule_with_warmup
 
+from musique_models.errors import check_choice
+
+SCHEDULES = ("linear", "slanted_triangular")
+
+
+def slanted_triangular(step: int, total_steps: int, cut_frac: float = 0.1, ratio: float = 32.0) -> float:
+    """AllenNLP's `slanted_triangular` multiplier of the peak rate (Howard & Ruder, 2018), the official configs'
+    schedule: from 1/`ratio` up to 1 over the first `cut_frac` of the steps, then down to 1/`ratio` at the end."""
+    cut = max(int(total_steps * cut_frac), 1)
+    proportion = step / cut if step < cut else 1 - (step - cut) / max(total_steps - cut, 1)
+    return (1 + max(proportion, 0.0) * (ratio - 1)) / ratio
+
 
 class QAModule(pl.LightningModule):
-    """Base LightningModule: AdamW, 10% linear warmup, then linear decay to 0 (the official code's slanted triangular
-    schedule also rises over the first 10% of steps, but decays to lr/32).
+    """Base LightningModule: AdamW with the schedule `schedule` names: `linear` (10% linear warmup from 0, then
+    linear decay to 0) or `slanted_triangular` (the official configs': rises from lr/32 over the first 10% of the
+    steps, then decays to lr/32; `warmup_ratio` is its cut fraction).
 
     The RNG states of torch, numpy and Python are saved in every checkpoint and restored on resume, so a run
     resumed mid-epoch draws the same dropout masks as an uninterrupted one.
     """
 
-    def __init__(self, lr: float = 2e-5, weight_decay: float = 0.0, warmup_ratio: float = 0.1) -> None:
+    def __init__(
+        self, lr: float = 2e-5, weight_decay: float = 0.0, warmup_ratio: float = 0.1, schedule: str = "linear"
+    ) -> None:
         super().__init__()
+        check_choice("schedule", schedule, SCHEDULES)
         self.lr = lr
         self.weight_decay = weight_decay
         self.warmup_ratio = warmup_ratio
+        self.schedule = schedule
 
     def configure_optimizers(self) -> dict[str, Any]:
         no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight")
@@ -36,7 +53,12 @@ class QAModule(pl.LightningModule):
         ]
         optimizer = torch.optim.AdamW(groups, lr=self.lr)
         total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total_steps), total_steps)
+        if self.schedule == "slanted_triangular":
+            scheduler = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda step: slanted_triangular(step, total_steps, self.warmup_ratio)
+            )
+        else:
+            scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup_ratio * total_steps), total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """From per-window reader outputs to one official prediction per question (shared by every reader model).
 
-Each window contributes its best answer span (start + end logit among the 20 best starts and ends, within one
-paragraph, at most `max_answer_tokens` long), the support probability of each paragraph marker it holds, an answerability probability and answer-type
-probabilities. Per question: the best-scoring span over all windows (its text is the exact context substring),
+Each window contributes its best answer span (the highest start + end logit over every span within one paragraph,
+searched exhaustively, optionally at most `max_answer_tokens` long), the support probability of each paragraph
+marker it holds, an answerability probability and answer-type probabilities. Per question: the best-scoring span over all windows (its text is the exact context substring),
 each paragraph's highest support probability, and the mean answerability and answer-type probabilities.
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.context import ANSWER_TYPES
@@ -35,34 +36,47 @@ def best_spans(
     start_logits: torch.Tensor,
     end_logits: torch.Tensor,
     offsets: torch.Tensor,
-    max_answer_tokens: int,
-    n_best: int = 20,
+    max_answer_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Best (start, end) token pair per window: both in the context and in the same paragraph (no marker
-    between them), end >= start, at most `max_answer_tokens` long.
+    """The best (start, end) token pair per window, searched exhaustively as the official `get_best_span`: the
+    highest start + end logit among ALL pairs with start <= end, both in the context and in the same paragraph (no
+    marker between them: the official search may cross markers), at most `max_answer_tokens` long when set (the
+    official default: no cap).
 
-    As HF `run_qa`, only the `n_best` highest start and end logits are paired (memory O(n_best^2), not O(T^2)).
-    Shapes: logits (windows, tokens), offsets (windows, tokens, 2) with -1 outside the context.
-    Returns score (-inf when a window has no valid span), start and end token index, each (windows,).
+    Exact in O(T) memory: for each end token, the best start is the running maximum of the start logits over its
+    paragraph (or over the last `max_answer_tokens` tokens of it). Shapes: logits (windows, tokens), offsets
+    (windows, tokens, 2) with -1 outside the context. Returns score (-inf when a window has no context token),
+    start and end token index, each (windows,).
     """
-    in_context = offsets[..., 0] >= 0  # (windows, tokens); markers, question and special tokens are not
-    segment = torch.cumsum(~in_context, dim=1)  # (windows, tokens): a marker starts a new segment
-    n = min(n_best, start_logits.shape[1])
-    start_scores, starts = start_logits.masked_fill(~in_context, float("-inf")).topk(n, dim=1)  # (windows, n)
-    end_scores, ends = end_logits.masked_fill(~in_context, float("-inf")).topk(n, dim=1)  # (windows, n)
-    length = ends[:, None, :] - starts[:, :, None]  # (windows, n, n)
-    same_segment = segment.gather(1, starts)[:, :, None] == segment.gather(1, ends)[:, None, :]
-    valid = (length >= 0) & (length < max_answer_tokens) & same_segment
-    scores = (start_scores[:, :, None] + end_scores[:, None, :]).masked_fill(~valid, float("-inf"))
-    best = scores.flatten(1).argmax(dim=1)  # (windows,)
-    rows = torch.arange(len(best), device=best.device)
-    return scores.flatten(1)[rows, best], starts[rows, best // n], ends[rows, best % n]
+    in_context = offsets[..., 0] >= 0  # (W, T); markers, question and special tokens are not
+    segment = torch.cumsum(~in_context, dim=1)  # (W, T): every non-context token starts a new segment
+    starts = start_logits.double().masked_fill(~in_context, float("-inf"))  # (W, T)
+    ends = end_logits.double().masked_fill(~in_context, float("-inf"))  # (W, T)
+    if max_answer_tokens is None:
+        # Lifting each segment above the previous ones by more than the logits' range makes a plain running
+        # maximum never reach back into an earlier segment (an end token's own start is always a candidate).
+        finite = starts[in_context]
+        lift = float(finite.max() - finite.min()) + 1.0 if finite.numel() else 1.0
+        _, best_start = torch.cummax(starts + segment.double() * lift, dim=1)  # (W, T)
+        start_score = starts.gather(1, best_start)  # (W, T)
+    else:
+        span = max_answer_tokens
+        padded_starts = nn.functional.pad(starts, (span - 1, 0), value=float("-inf"))
+        padded_segment = nn.functional.pad(segment, (span - 1, 0), value=-1)
+        candidates = padded_starts.unfold(1, span, 1)  # (W, T, span): starts at j - span + 1 .. j
+        same_segment = padded_segment.unfold(1, span, 1) == segment[..., None]
+        start_score, back = candidates.masked_fill(~same_segment, float("-inf")).max(dim=2)  # (W, T)
+        best_start = torch.arange(starts.shape[1], device=starts.device)[None, :] - (span - 1) + back
+    scores = start_score + ends  # (W, T): the best span ending at each token
+    best_end = scores.argmax(dim=1)  # (W,)
+    rows = torch.arange(len(best_end), device=best_end.device)
+    return scores[rows, best_end], best_start[rows, best_end].clamp(min=0), best_end
 
 
 def window_outputs(
     batch: dict[str, torch.Tensor],
     outputs: dict[str, torch.Tensor],
-    max_answer_tokens: int,
+    max_answer_tokens: int | None,
     single_support: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-window and per-marker tables (float64, columns `WINDOW_COLUMNS`, `MARKER_COLUMNS`) of a batch.

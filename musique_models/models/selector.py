@@ -38,8 +38,9 @@ class ParagraphSelector(QAModule):
         lr: float = 2e-5,
         weight_decay: float = 0.0,
         warmup_ratio: float = 0.1,
+        schedule: str = "linear",
     ) -> None:
-        super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio)
+        super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, schedule=schedule)
         self.save_hyperparameters()
         self.encoder = load_encoder(backbone, vocab_size)
         self.score_head = nn.Linear(self.encoder.config.hidden_size, 1)

@@ -12,26 +12,35 @@ import datasets
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.context import ContextBuilder
 from musique_models.features.end2end import featurize_end2end
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.end2end import End2EndReader
 from musique_models.recipes.base import RunContext
-from musique_models.recipes.reader import fit_and_predict_reader
+from musique_models.recipes.reader import (
+    YES_NO_MODES,
+    fit_and_predict_reader,
+    reader_kwargs,
+    single_input_settings,
+    yes_no_setup,
+)
 from musique_models.training.datamodule import QADataModule, featurize
 
 
 class End2End:
     """The End2End recipe (`model=end2end`, and `model=c_only` with `empty_question`): featurise, fit, predict.
 
-    `reader` holds the stage settings (lr, warmup, clipping caps, batch, epochs); `max_paragraph_tokens` comes
-    from the dataset (250 MuSiQue, 300 HotpotQA, 500 2Wiki).
+    `reader` holds the stage settings (lr, schedule, clipping caps, batch, epochs); `max_paragraph_tokens` comes
+    from the dataset (250 MuSiQue, 300 HotpotQA, 500 2Wiki). `yes_no`: `prefix` (official) or `head`, see
+    `yes_no_setup`.
     """
 
     def __init__(
         self,
         reader: DictConfig,
+        yes_no: str = "prefix",
         empty_question: bool = False,
         eval_batch_size: int = 2,
         num_workers: int = 0,
@@ -40,6 +49,8 @@ class End2End:
         self.name = name
         self.reader_cfg = reader
         self.empty_question = empty_question
+        self.yes_no = yes_no
+        check_choice("model.yes_no", yes_no, YES_NO_MODES)
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
 
@@ -48,13 +59,8 @@ class End2End:
         backbone: BackboneSpec = instantiate(self.reader_cfg.backbone)
         tokenizer = load_tokenizer(backbone)
         include_title = bool(cfg.dataset.get("include_title", False))
-        settings = {
-            "max_question_tokens": self.reader_cfg.max_question_tokens,
-            "max_paragraph_tokens": self.reader_cfg.max_paragraph_tokens,
-            "max_length": min(self.reader_cfg.max_length, backbone.max_length),
-            "include_title": include_title,
-            "empty_question": self.empty_question,
-        }
+        prefix, answer_type_head = yes_no_setup(cfg, self.yes_no)
+        settings = single_input_settings(self.reader_cfg, backbone, include_title, prefix, self.empty_question)
         cache = f"{cfg.paths.cache_dir}/features"
         train_table, eval_table = _in_dataset_order(context.train), _in_dataset_order(context.evaluation)
         train_rows = featurize(train_table, featurize_end2end, tokenizer, cache, f"{self.name}-train", **settings)
@@ -64,11 +70,9 @@ class End2End:
             len(tokenizer),
             gradient_checkpointing=self.reader_cfg.gradient_checkpointing,
             answerability_head=context.has_unanswerable,
-            answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)),
-            lr=self.reader_cfg.lr,
-            warmup_ratio=self.reader_cfg.warmup_ratio,
-            max_answer_tokens=self.reader_cfg.max_answer_tokens,
+            answer_type_head=answer_type_head,
             single_support=self.reader_cfg.single_support,
+            **reader_kwargs(self.reader_cfg),
         )
         data = QADataModule.for_tokenizer(
             tokenizer,
@@ -80,7 +84,7 @@ class End2End:
             seed=cfg.seed,
         )
         return fit_and_predict_reader(
-            self.name, reader, data, context, self.reader_cfg, ContextBuilder(eval_table, include_title)
+            self.name, reader, data, context, self.reader_cfg, ContextBuilder(eval_table, include_title, prefix)
         )
 
 

@@ -16,31 +16,52 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.answerer import featurize_answerer
 from musique_models.features.context import ContextBuilder
+from musique_models.features.end2end import featurize_end2end
 from musique_models.features.selector import featurize_selector
 from musique_models.io import write_json
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
+from musique_models.models.end2end import End2EndReader
 from musique_models.models.selector import ParagraphSelector, RankingMetric, load_selector, rank_paragraphs
 from musique_models.recipes.base import RunContext
-from musique_models.recipes.reader import fit_and_predict_reader
+from musique_models.recipes.reader import (
+    YES_NO_MODES,
+    fit_and_predict_reader,
+    reader_kwargs,
+    single_input_settings,
+    yes_no_setup,
+)
 from musique_models.training.datamodule import QADataModule, featurize
 from musique_models.training.loaders import BalancedNegatives
 from musique_models.training.stage import predict, run_stage
 
 log = logging.getLogger(__name__)
 
+# The selector's best checkpoint and early stopping follow its rank F1, as the official `+rank_f1`.
+SELECTOR_MONITOR = "val/rank_f1"
+ANSWERER_INPUTS = ("auto", "single", "windows")
+
 
 class SelectAnswer:
-    """The two-stage recipe; see the module docstring. `selector` and `answerer` hold each stage's settings."""
+    """The two-stage recipe; see the module docstring. `selector` and `answerer` hold each stage's settings.
+
+    The answerer reads its top K as ONE input (`featurize_end2end`: up to `max_document_tokens`, each paragraph
+    clipped to `max_paragraph_tokens`, global attention on the question and the markers; the official answerer)
+    when `answerer.input` is `single`, or `auto` and its backbone reads more than 512 positions (a Longformer);
+    through overlapping windows of `max_length` tokens (`featurize_answerer`) otherwise. `yes_no`: `prefix`
+    (official) or `head`, see `yes_no_setup`.
+    """
 
     def __init__(
         self,
         selector: DictConfig,
         answerer: DictConfig,
         top_k: int,
+        yes_no: str = "prefix",
         selector_checkpoint: str | None = None,
         eval_batch_size: int = 32,
         num_workers: int = 0,
@@ -50,6 +71,9 @@ class SelectAnswer:
         self.selector_cfg = selector
         self.answerer_cfg = answerer
         self.top_k = top_k
+        self.yes_no = yes_no
+        check_choice("model.yes_no", yes_no, YES_NO_MODES)
+        check_choice("model.answerer.input", answerer.get("input", "auto"), ANSWERER_INPUTS)
         self.selector_checkpoint = selector_checkpoint
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
@@ -85,13 +109,10 @@ class SelectAnswer:
         tokenizer = load_tokenizer(selector_backbone)
         cache = f"{cfg.paths.cache_dir}/features"
         include_title = bool(cfg.dataset.get("include_title", False))
-        selector_settings = {
-            "max_length": min(self.selector_cfg.max_length, selector_backbone.max_length),
-            "include_title": include_title,
-        }
+        selector_settings = {"max_length": min(self.selector_cfg.max_length, selector_backbone.max_length)}
 
         # Stage 1: the selector, trained on balanced pairs (each question's gold paragraphs and as many negatives,
-        # drawn afresh every epoch), validated on every paragraph.
+        # drawn afresh every epoch; a batch is `micro_batch_size` questions), validated on every paragraph.
         train_pairs = featurize(
             context.train, featurize_selector, tokenizer, cache, "selector-train", **selector_settings
         )
@@ -107,6 +128,7 @@ class SelectAnswer:
                 top_k=self.top_k,
                 lr=self.selector_cfg.lr,
                 warmup_ratio=self.selector_cfg.warmup_ratio,
+                schedule=self.selector_cfg.get("schedule", "linear"),
             )
             balanced = BalancedNegatives(train_pairs["label"], train_pairs["example_row"], cfg.seed)
             selector_data = self._datamodule(
@@ -119,7 +141,7 @@ class SelectAnswer:
                 cfg,
                 self.selector_cfg,
                 run_dir,
-                monitor="val/rank_f1",  # the official selector keeps its best rank F1
+                monitor=SELECTOR_MONITOR,
                 shared_loggers=context.loggers,
             )
             selector = ParagraphSelector.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
@@ -152,25 +174,44 @@ class SelectAnswer:
             tokenizer = load_tokenizer(answerer_backbone)
         train_table = context.train.add_column("selected_idxs", selected["train"])
         eval_table = context.evaluation.add_column("selected_idxs", selected["eval"])
-        answerer_settings = {
-            "max_length": min(self.answerer_cfg.max_length, answerer_backbone.max_length),
-            "stride": self.answerer_cfg.stride,
-            "include_title": include_title,
+        prefix, answer_type_head = yes_no_setup(cfg, self.yes_no)
+        heads = {
+            "answerability_head": context.has_unanswerable,
+            "answer_type_head": answer_type_head,
+            **reader_kwargs(self.answerer_cfg),
         }
-        train_windows = featurize(
-            train_table, featurize_answerer, tokenizer, cache, "answerer-train", **answerer_settings
-        )
-        eval_windows = featurize(eval_table, featurize_answerer, tokenizer, cache, "answerer-eval", **answerer_settings)
-        answerer = MultiParagraphAnswerer(
-            answerer_backbone,
-            len(tokenizer),
-            answerability_head=context.has_unanswerable,
-            answer_type_head=bool(cfg.dataset.get("yes_no_answers", False)),
-            lr=self.answerer_cfg.lr,
-            warmup_ratio=self.answerer_cfg.warmup_ratio,
-            max_answer_tokens=self.answerer_cfg.max_answer_tokens,
-        )
-        answerer_data = self._datamodule(self.answerer_cfg, tokenizer, cfg.seed, train_windows, eval_windows)
+        answerer: MultiParagraphAnswerer
+        if self._single_input(answerer_backbone):
+            featurizer: Any = featurize_end2end
+            answerer_settings = single_input_settings(self.answerer_cfg, answerer_backbone, include_title, prefix)
+            answerer = End2EndReader(
+                answerer_backbone,
+                len(tokenizer),
+                gradient_checkpointing=self.answerer_cfg.gradient_checkpointing,
+                **heads,
+            )
+        else:
+            featurizer = featurize_answerer
+            answerer_settings = {
+                "max_length": min(self.answerer_cfg.max_length, answerer_backbone.max_length),
+                "stride": self.answerer_cfg.stride,
+                "include_title": include_title,
+                "prefix": prefix,
+            }
+            answerer = MultiParagraphAnswerer(answerer_backbone, len(tokenizer), **heads)
+        train_rows = featurize(train_table, featurizer, tokenizer, cache, "answerer-train", **answerer_settings)
+        eval_rows = featurize(eval_table, featurizer, tokenizer, cache, "answerer-eval", **answerer_settings)
+        answerer_data = self._datamodule(self.answerer_cfg, tokenizer, cfg.seed, train_rows, eval_rows)
         return fit_and_predict_reader(
-            "answerer", answerer, answerer_data, context, self.answerer_cfg, ContextBuilder(eval_table, include_title)
+            "answerer",
+            answerer,
+            answerer_data,
+            context,
+            self.answerer_cfg,
+            ContextBuilder(eval_table, include_title, prefix),
         )
+
+    def _single_input(self, backbone: BackboneSpec) -> bool:
+        """Whether the answerer reads its top K as one input (see the class docstring)."""
+        mode = self.answerer_cfg.get("input", "auto")
+        return mode == "single" or (mode == "auto" and backbone.max_length > 512)

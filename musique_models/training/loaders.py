@@ -84,7 +84,8 @@ def _pad(values: list[list], pad: float, dtype: torch.dtype) -> torch.Tensor:
 class BalancedNegatives:
     """Per-epoch training rows for a pair classifier: every group's positive rows plus as many of its negative
     rows, drawn afresh each epoch (from `seed` and the epoch), so that over the epochs the model sees many
-    different negatives instead of one fixed draw. The number of rows is the same every epoch.
+    different negatives instead of one fixed draw (the official selector's `balance`). The number of rows is the
+    same every epoch.
 
     Args:
         labels: 1.0 for a positive row, 0.0 for a negative one.
@@ -98,16 +99,20 @@ class BalancedNegatives:
         negatives: dict[int, list[int]] = defaultdict(list)
         for row, (label, group) in enumerate(zip(labels, groups)):
             (positives if label > 0.5 else negatives)[group].append(row)
-        self.groups = [(positives[group], negatives[group]) for group in sorted(set(groups))]
+        # a question without a positive row (none of its paragraphs supports) draws no row at all
+        self.groups = [(positives[group], negatives[group]) for group in sorted(positives)]
         self.size = sum(len(pos) + min(len(pos), len(neg)) for pos, neg in self.groups)
 
-    def rows(self, epoch: int) -> list[int]:
-        """The rows of `epoch`, grouped by question (the sampler shuffles them)."""
+    def grouped_rows(self, epoch: int) -> list[list[int]]:
+        """The rows of `epoch`, one list per question (its positives, then its drawn negatives)."""
         rng = random.Random(f"{self.seed}:{epoch}")
-        rows: list[int] = []
-        for positive, negative in self.groups:
-            rows += positive + rng.sample(negative, min(len(positive), len(negative)))
-        return rows
+        return [
+            positive + rng.sample(negative, min(len(positive), len(negative))) for positive, negative in self.groups
+        ]
+
+    def rows(self, epoch: int) -> list[int]:
+        """The rows of `epoch`, grouped by question."""
+        return [row for group in self.grouped_rows(epoch) for row in group]
 
     def __len__(self) -> int:
         return self.size
@@ -116,8 +121,11 @@ class BalancedNegatives:
 class BucketBatchSampler(Sampler[list[int]]):
     """Batches of rows of similar length (less padding), reproducible from `seed` and the epoch.
 
-    Training (`shuffle=True`): the epoch's rows (all, or those `subset` picks for the epoch) are shuffled, cut
-    into chunks of `bucket_batches` batches, each chunk sorted by length and cut into batches, and the batches shuffled. Evaluation: rows sorted by length, in order.
+    Training (`shuffle=True`): the epoch's units are shuffled, cut into chunks of `bucket_batches` batches, each
+    chunk sorted by length and cut into batches, and the batches shuffled (AllenNLP's bucket sampler over
+    `max_instances_in_memory`). A unit is a row; with `subset` (balanced negatives) it is a QUESTION with the rows
+    `subset` draws for it this epoch, so that `batch_size` counts questions, as the official selector's batches
+    do. Evaluation: rows sorted by length, in order.
     Under torch.distributed each rank takes every world-size-th batch; the list is padded with repeats so that
     every rank gets as many batches (the metrics drop repeated rows).
     """
@@ -146,13 +154,20 @@ class BucketBatchSampler(Sampler[list[int]]):
             order = sorted(range(len(self.lengths)), key=self.lengths.__getitem__)
             return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        rows = self.subset.rows(self.epoch) if self.subset is not None else list(range(len(self.lengths)))
-        order = [rows[i] for i in torch.randperm(len(rows), generator=generator).tolist()]
+        units = (
+            self.subset.grouped_rows(self.epoch)
+            if self.subset is not None
+            else [[row] for row in range(len(self.lengths))]
+        )
+        order = [units[i] for i in torch.randperm(len(units), generator=generator).tolist()]
         chunk = self.batch_size * self.bucket_batches
         batches = []
         for start in range(0, len(order), chunk):
-            bucket = sorted(order[start : start + chunk], key=self.lengths.__getitem__)
-            batches += [bucket[i : i + self.batch_size] for i in range(0, len(bucket), self.batch_size)]
+            bucket = sorted(order[start : start + chunk], key=lambda unit: max(self.lengths[row] for row in unit))
+            batches += [
+                [row for unit in bucket[i : i + self.batch_size] for row in unit]
+                for i in range(0, len(bucket), self.batch_size)
+            ]
         permutation = torch.randperm(len(batches), generator=generator).tolist()
         return [batches[i] for i in permutation]
 
@@ -173,8 +188,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         yield from batches
 
     def __len__(self) -> int:
-        rows = len(self.subset) if self.subset is not None and self.shuffle else len(self.lengths)
-        batches = (rows + self.batch_size - 1) // self.batch_size
+        units = len(self.subset.groups) if self.subset is not None and self.shuffle else len(self.lengths)
+        batches = (units + self.batch_size - 1) // self.batch_size
         return math.ceil(batches / self._world()[1])
 
 

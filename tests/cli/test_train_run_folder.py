@@ -100,6 +100,8 @@ def test_a_wrong_stage_checkpoint_is_refused_as_selector(tmp_path: Path) -> None
         (["datset=x"], "Could not override 'datset'"),
         (["model=nope"], "Could not find 'model/nope'"),
         (["seed=${oops}"], "oops"),
+        (["model.yes_no=both"], "model.yes_no='both': expected one of prefix, head"),
+        (["model.answerer.input=long"], "model.answerer.input='long': expected one of auto, single, windows"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expected: str, tmp_path: Path) -> None:

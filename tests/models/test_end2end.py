@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from musique_models import PROJECT_ROOT
 from musique_models.cli.train import train
 from musique_models.data.source import DatasetSource
-from musique_models.features.context import PARAGRAPH_MARKER, build_context
+from musique_models.features.context import PARAGRAPH_MARKER, YES_NO_PREFIX, build_context
 from musique_models.features.end2end import featurize_end2end, shared_cap
 from musique_models.models.backbone import BackboneError, load_tokenizer
 from musique_models.models.decoding import decode_predictions, window_outputs
@@ -95,15 +95,17 @@ def test_input_layout_clipping_and_markers(tokenizer, tmp_path: Path) -> None:
         assert context[row["offset_start"][first] :].startswith(title[: len(title) // 2])
 
 
-def test_global_attention_exactly_on_question_tokens_and_markers(tokenizer, tmp_path: Path) -> None:
+def test_global_attention_on_everything_before_the_context_and_on_markers(tokenizer, tmp_path: Path) -> None:
     table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 3)
     for empty_question in (False, True):
         rows = _rows(tokenizer, table, tmp_path, empty_question=empty_question)
         batch = PaddingCollator(tokenizer.pad_token_id, tokenizer.sep_token_id)([rows[i] for i in range(3)])
         for i in range(3):
             question = tokenizer(table[i]["question"], add_special_tokens=False)["input_ids"]
-            question_positions = set() if empty_question else set(range(1, 1 + len(question)))
-            expected = question_positions | set(rows[i]["marker_positions"])
+            # [CLS] question [SEP] (the official reader: every token before the context), the first token included:
+            # the answerability head reads it
+            before_context = set(range(2 if empty_question else 2 + len(question)))
+            expected = before_context | set(rows[i]["marker_positions"])
             assert set(torch.nonzero(batch["global_attention_mask"][i]).flatten().tolist()) == expected
             if empty_question:  # C-only: [CLS] [SEP] [[PP]] ...
                 assert rows[i]["input_ids"][:3] == [
@@ -113,18 +115,72 @@ def test_global_attention_exactly_on_question_tokens_and_markers(tokenizer, tmp_
                 ]
 
 
-def test_answer_labels_point_at_the_answer_text(tokenizer, tmp_path: Path) -> None:
+def _paragraph_of(row: dict, token: int) -> int:
+    """The original idx of the paragraph holding input token `token`."""
+    markers = row["marker_positions"]
+    return row["marker_paragraph_idx"][max(i for i, marker in enumerate(markers) if marker < token)]
+
+
+def _visible_paragraphs(row: dict, context: str) -> dict[int, str]:
+    """Each paragraph's text as the (clipped) input shows it, lower-cased, by original idx."""
+    bounds = [*row["marker_positions"], len(row["input_ids"]) - 1]
+    return {
+        idx: context[row["offset_start"][start + 1] : row["offset_end"][end - 1]].lower()
+        for idx, start, end in zip(row["marker_paragraph_idx"], bounds, bounds[1:])
+        if end - start > 1
+    }
+
+
+def test_answer_labels_point_at_the_answer_in_the_last_supporting_paragraph(tokenizer, tmp_path: Path) -> None:
     table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 30)
     rows = _rows(tokenizer, table, tmp_path, max_length=1500)
     labelled = 0
     for row in rows:
         example = table[row["example_row"]]
         context, _ = build_context(example["paragraphs"], False)
-        if row["start_position"]:
+        assert (row["start_position"] >= 0) == (row["end_position"] >= 0)
+        if row["start_position"] >= 0:
             text = context[row["offset_start"][row["start_position"]] : row["offset_end"][row["end_position"]]]
             assert text.lower() in [a.lower() for a in [example["answer"], *example["answer_aliases"]]]
+            holding = [
+                idx
+                for idx, shown in _visible_paragraphs(row, context).items()
+                if idx in {p["idx"] for p in example["paragraphs"] if p["is_supporting"]} and text.lower() in shown
+            ]
+            if holding:  # the official reader keeps the LAST supporting paragraph that holds the answer
+                assert _paragraph_of(row, row["start_position"]) == holding[-1]
             labelled += 1
     assert labelled >= 15
+
+
+def test_an_answer_missing_from_the_input_gets_the_ignored_label(tokenizer, tmp_path: Path) -> None:
+    table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 4)
+    absent = table.map(lambda example: {"answer": "zzqx unfindable", "answer_aliases": []})
+    for row in _rows(tokenizer, absent, tmp_path):
+        assert (row["start_position"], row["end_position"]) == (-1, -1)
+    # clipped away: paragraphs cut to 2 tokens no longer hold most answers, which are then ignored, not mislabelled
+    clipped = _rows(tokenizer, table, tmp_path, max_paragraph_tokens=2)
+    full = _rows(tokenizer, table, tmp_path)
+    assert sum(row["start_position"] >= 0 for row in clipped) < sum(row["start_position"] >= 0 for row in full)
+
+
+def test_yes_no_prefix_opens_the_context_and_holds_yes_no_labels(tokenizer, tmp_path: Path) -> None:
+    table = _table(tmp_path, "hotpotqa/dev.json", "hotpotqa", 50)
+    rows = _rows(tokenizer, table, tmp_path, include_title=True, prefix=YES_NO_PREFIX, max_length=600)
+    yes_no = 0
+    for row in rows:
+        example = table[row["example_row"]]
+        context, _ = build_context(example["paragraphs"], True, YES_NO_PREFIX)
+        first_marker = row["marker_positions"][0]
+        prefix_tokens = [i for i in range(first_marker) if row["offset_start"][i] >= 0]
+        # the prefix is context (decodable) and never clipped; the paragraphs come after it
+        assert context[row["offset_start"][prefix_tokens[0]] : row["offset_end"][prefix_tokens[-1]]] == YES_NO_PREFIX
+        if example["answer"] in ("yes", "no"):
+            start, end = row["start_position"], row["end_position"]
+            assert start == end and start in prefix_tokens
+            assert context[row["offset_start"][start] : row["offset_end"][end]] == example["answer"]
+            yes_no += 1
+    assert yes_no >= 2
 
 
 def test_support_predictions_map_back_to_the_original_idx_after_clipping(tokenizer, tmp_path: Path) -> None:

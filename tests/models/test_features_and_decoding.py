@@ -14,20 +14,25 @@ from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
 from musique_models.data.source import DatasetSource
+from musique_models.errors import ConfigValueError
 from musique_models.features.answerer import featurize_answerer
 from musique_models.features.context import (
     PARAGRAPH_MARKER,
+    YES_NO_PREFIX,
     ContextBuilder,
     FeaturizationError,
+    answer_offset,
     build_context,
+    locate_answer,
     ordered_paragraphs,
 )
 from musique_models.features.selector import featurize_selector
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import load_tokenizer
+from musique_models.models.base import slanted_triangular
 from musique_models.models.decoding import best_spans, decode_predictions, window_outputs
 from musique_models.training.datamodule import featurize
-from musique_models.training.loaders import BalancedNegatives, PaddingCollator
+from musique_models.training.loaders import BalancedNegatives, BucketBatchSampler, PaddingCollator
 from tests.conftest import SAMPLES
 
 
@@ -56,11 +61,15 @@ def _table(tmp_path: Path, relative: str, data_format: str, rows: int):
 
 
 @pytest.mark.parametrize(
-    ("relative", "data_format", "include_title"),
-    [("musique_full/dev_derived.jsonl", "musique", False), ("hotpotqa/dev.json", "hotpotqa", True)],
+    ("relative", "data_format", "include_title", "prefix"),
+    [
+        ("musique_full/dev_derived.jsonl", "musique", False, ""),
+        ("hotpotqa/dev.json", "hotpotqa", True, ""),
+        ("hotpotqa/dev.json", "hotpotqa", True, YES_NO_PREFIX),
+    ],
 )
 def test_answer_labels_point_at_the_answer_text(
-    tokenizer, tmp_path: Path, relative, data_format, include_title
+    tokenizer, tmp_path: Path, relative, data_format, include_title, prefix
 ) -> None:
     table = _table(tmp_path, relative, data_format, 40)
     windows = featurize(
@@ -72,12 +81,13 @@ def test_answer_labels_point_at_the_answer_text(
         max_length=192,
         stride=64,
         include_title=include_title,
+        prefix=prefix,
     )
     labelled = 0
     for window in windows:
         example = table[window["example_row"]]
         context, spans = build_context(
-            ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), include_title
+            ordered_paragraphs(example["paragraphs"], example["selected_idxs"]), include_title, prefix
         )
         # every marker is a real [[PP]] and names a selected paragraph, with its gold support flag
         assert all(
@@ -90,7 +100,12 @@ def test_answer_labels_point_at_the_answer_text(
         if window["start_position"]:
             start = window["offset_start"][window["start_position"]]
             end = window["offset_end"][window["end_position"]]
-            assert context[start:end].lower() in [a.lower() for a in [example["answer"], *example["answer_aliases"]]]
+            # the official matching takes the answer as a substring too ("Democrat" in "Democratic"): the label
+            # covers the whole tokens holding it
+            assert any(a.lower() in context[start:end].lower() for a in [example["answer"], *example["answer_aliases"]])
+            assert len(context[start:end]) < len(example["answer"]) + 12 or example["answer_aliases"]
+            if example["answer"] in ("yes", "no"):
+                assert prefix and start < len(prefix)  # read from the ( yes | no ) prefix
             labelled += 1
     assert labelled >= 10
 
@@ -151,9 +166,14 @@ def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path)
 
 def test_selector_pairs_complete_and_balanced_afresh_each_epoch(tokenizer, tmp_path: Path) -> None:
     table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 10)
-    pairs = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128, include_title=False)
+    pairs = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128)
     gold = {(row, p["idx"]) for row, ps in enumerate(table["paragraphs"]) for p in ps if p["is_supporting"]}
     assert len(pairs) == 200 and max(len(ids) for ids in pairs["input_ids"]) <= 128
+    # the official text: "question SEP paragraph" as ONE sequence (no pair, no title)
+    first = table[0]["paragraphs"][0]
+    expected = tokenizer(f"{table[0]['question']} SEP {first['text']}", truncation=True, max_length=128)
+    assert pairs[0]["input_ids"] == expected["input_ids"] and set(pairs[0]["token_type_ids"]) == {0}
+    assert pairs[0]["input_ids"].count(tokenizer.sep_token_id) == 1
     assert {
         (r, i) for r, i, label in zip(pairs["example_row"], pairs["paragraph_idx"], pairs["label"]) if label
     } == gold
@@ -169,6 +189,46 @@ def test_selector_pairs_complete_and_balanced_afresh_each_epoch(tokenizer, tmp_p
     negatives = [{r for r in rows if not pairs["label"][r]} for rows in epochs]
     assert negatives[0] != negatives[1] != negatives[2]  # fresh negatives each epoch
     assert balanced.rows(1) == epochs[1]  # reproducible
+
+    # a training batch is N whole QUESTIONS (their gold rows and as many negatives), as the official selector's
+    sampler = BucketBatchSampler([len(ids) for ids in pairs["input_ids"]], 3, shuffle=True, seed=0, subset=balanced)
+    batches = sampler.batches()
+    assert len(batches) == len(sampler) == 4  # 10 questions, 3 per batch
+    for batch in batches:
+        questions = Counter(pairs["example_row"][row] for row in batch)
+        assert len(questions) <= 3
+        for question, count in questions.items():
+            assert count == 2 * sum(1 for row, _ in gold if row == question)
+    assert sorted(row for batch in batches for row in batch) == sorted(balanced.rows(0))
+
+
+def _brute_force_best_span(start, end, in_context, segment, cap):
+    best = (float("-inf"), -1, -1)
+    for i in range(len(start)):
+        for j in range(i, len(start) if cap is None else min(len(start), i + cap)):
+            if in_context[i] and in_context[j] and segment[i] == segment[j]:
+                best = max(best, (float(start[i] + end[j]), i, j), key=lambda item: item[0])
+    return best
+
+
+@pytest.mark.parametrize("cap", [None, 1, 4])
+def test_best_span_is_the_exhaustive_best_within_a_paragraph(cap) -> None:
+    generator = torch.Generator().manual_seed(3)
+    windows, tokens = 6, 40
+    start_logits, end_logits = (
+        torch.randn(windows, tokens, generator=generator),
+        torch.randn(windows, tokens, generator=generator),
+    )
+    offsets = torch.arange(tokens).repeat(windows, 1)[..., None].repeat(1, 1, 2)
+    outside = torch.rand(windows, tokens, generator=generator) < 0.2  # question, special tokens, markers
+    outside[:, :3] = True
+    offsets[outside] = -1
+    score, start, end = best_spans(start_logits, end_logits, offsets, cap)
+    segment = torch.cumsum(outside, dim=1)
+    for w in range(windows):
+        expected = _brute_force_best_span(start_logits[w], end_logits[w], ~outside[w], segment[w], cap)
+        assert float(score[w]) == pytest.approx(expected[0])
+        assert (int(start[w]), int(end[w])) == expected[1:]
 
 
 def test_featurisers_refuse_what_they_cannot_encode_with_a_clear_error(tmp_path) -> None:
@@ -224,3 +284,78 @@ def test_unanswerable_rows_are_supervised_for_support_with_every_label_zero() ->
     span = torch.log(torch.tensor(4.0))  # uniform start and end over 4 tokens, answerable row only
     answerability = torch.nn.functional.binary_cross_entropy_with_logits(torch.zeros(2), torch.tensor([1.0, 0.0]))
     assert loss_with([3.0, -1.0]) == pytest.approx(float(span + expected_support + answerability), rel=1e-5)
+
+
+def test_span_loss_ignores_rows_whose_answer_is_not_in_the_input() -> None:
+    spec = instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/tiny.yaml"))
+    answerer = MultiParagraphAnswerer(spec, vocab_size=30523)
+    generator = torch.Generator().manual_seed(0)
+    outputs = {
+        "start_logits": torch.randn(2, 5, generator=generator),
+        "end_logits": torch.randn(2, 5, generator=generator),
+        "support_logits": torch.zeros(2, 1),
+        "answerable_logit": torch.zeros(2),
+        "type_logits": torch.zeros(2, 3),
+    }
+    batch = {
+        "answerable": torch.tensor([1, 1]),
+        "answer_type": torch.tensor([0, 0]),
+        "start_position": torch.tensor([2, -1]),  # row 1: the answer is not in the input (official: ignored)
+        "end_position": torch.tensor([3, -1]),
+        "support_labels": torch.zeros(2, 1),
+        "marker_mask": torch.ones(2, 1, dtype=torch.bool),
+    }
+    support = torch.nn.functional.binary_cross_entropy_with_logits(torch.zeros(2), torch.zeros(2))
+    cross_entropy = torch.nn.functional.cross_entropy
+    span = (
+        cross_entropy(outputs["start_logits"][:1], torch.tensor([2]))
+        + cross_entropy(outputs["end_logits"][:1], torch.tensor([3]))
+    ) / 2
+    assert float(answerer.loss(batch, outputs)) == pytest.approx(float(span + support), rel=1e-5)
+
+
+def test_answer_offset_follows_the_official_order_of_preference() -> None:
+    # a space on both sides beats an earlier bare substring; then a space before; then after; then anywhere
+    assert answer_offset("art", "party art fair") == 6
+    assert answer_offset("art", "party art") == 6
+    assert answer_offset("art", "art party") == 0
+    assert answer_offset("art", "partys") == 1
+    # case only matters when no case-sensitive occurrence exists
+    assert answer_offset("Art", "the art of Art") == 11
+    assert answer_offset("ART", "the art") == 4
+    assert answer_offset("zebra", "the art") is None
+
+
+def test_the_gold_span_is_in_the_last_supporting_paragraph_that_holds_it() -> None:
+    paragraphs = [
+        {"idx": 0, "title": "A", "text": "Paris is big.", "is_supporting": True},
+        {"idx": 1, "title": "B", "text": "Paris again.", "is_supporting": False},
+        {"idx": 2, "title": "C", "text": "We saw Paris.", "is_supporting": True},
+    ]
+    context, spans = build_context(paragraphs, include_title=False)
+    start, end = locate_answer(context, spans, {0, 2}, ["Paris"])
+    assert context[start:end] == "Paris" and spans[2].text_start <= start < spans[2].text_end
+    # not in any supporting paragraph: the whole context's first match by the official order
+    start, _ = locate_answer(context, spans, {0}, ["again"])
+    assert spans[1].text_start <= start < spans[1].text_end
+    assert locate_answer(context, spans, {0, 2}, ["Rome"]) is None
+    # yes/no: read from the ( yes | no ) prefix; without one the answer-type head predicts them (no span)
+    prefixed, prefixed_spans = build_context(paragraphs, include_title=True, prefix=YES_NO_PREFIX)
+    assert prefixed.startswith(f"{YES_NO_PREFIX} [[PP]] A || Paris is big.")
+    start, end = locate_answer(prefixed, prefixed_spans, {0, 2}, ["no"], prefix=YES_NO_PREFIX)
+    assert (start, end) == (8, 10) and prefixed[start:end] == "no"
+    assert locate_answer(context, spans, {0, 2}, ["yes"]) is None
+
+
+def test_slanted_triangular_schedule_is_allennlps() -> None:
+    total = 1000
+    values = [slanted_triangular(step, total) for step in range(total + 1)]
+    assert values[0] == pytest.approx(1 / 32) and values[100] == pytest.approx(1.0)  # peak at cut_frac 0.1
+    assert values[-1] == pytest.approx(1 / 32)
+    assert all(a <= b for a, b in zip(values[:100], values[1:101])) and all(
+        a >= b for a, b in zip(values[100:], values[101:])
+    )
+    with pytest.raises(ConfigValueError, match="schedule='cosine': expected one of linear, slanted_triangular"):
+        MultiParagraphAnswerer(
+            instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/tiny.yaml")), 30523, schedule="cosine"
+        )

@@ -54,14 +54,17 @@ def test_balanced_subset_draws_new_negatives_each_epoch_and_resumes_mid_epoch() 
 
     def loader() -> ResumableDataLoader:
         rows = [{"input_ids": list(range(1, n + 2)), "label": labels[n]} for n in range(60)]
-        sampler = BucketBatchSampler(list(range(1, 61)), 4, shuffle=True, seed=5, bucket_batches=2, subset=subset)
+        # one QUESTION a batch: its 2 positives and 2 drawn negatives
+        sampler = BucketBatchSampler(list(range(1, 61)), 1, shuffle=True, seed=5, bucket_batches=2, subset=subset)
         return ResumableDataLoader(
             rows, sampler, collate_fn=PaddingCollator(0), generator=torch.Generator().manual_seed(0)
         )
 
     reference = loader()
     assert len(reference) == 6  # 24 rows a epoch: 12 positives + 12 negatives
-    epochs = [[row for batch in _epoch(reference) for row in batch] for _ in range(2)]
+    batches = _epoch(reference)
+    assert all(len(batch) == 4 and len({(n - 1) // 10 for n in batch}) == 1 for batch in batches)
+    epochs = [[row for batch in batches for row in batch]] + [[row for batch in _epoch(reference) for row in batch]]
     for rows in epochs:
         assert len(rows) == 24 and sum(labels[n - 1] for n in rows) == 12
     assert {n for n in epochs[0] if not labels[n - 1]} != {n for n in epochs[1] if not labels[n - 1]}

@@ -34,7 +34,7 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
         cache_dir=str(tmp_path),
         sample_files={"train": str(SAMPLES / "musique_ans/train.json"), "dev": str(SAMPLES / "musique_ans/dev.jsonl")},
     )
-    settings = {"max_length": 128, "include_title": False}
+    settings = {"max_length": 128}
     train = featurize(source.load("train"), featurize_selector, tokenizer, tmp_path, "train", **settings)
     dev = featurize(source.load("dev").select(range(80)), featurize_selector, tokenizer, tmp_path, "dev", **settings)
     pl.seed_everything(0)
@@ -55,7 +55,7 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
         dev,
         dev,
         tokenizer.pad_token_id,
-        batch_size=16,
+        batch_size=3,  # questions (about 16 rows: their gold paragraphs and as many negatives)
         eval_batch_size=64,
         train_subset=BalancedNegatives(train["label"], train["example_row"], seed=0),
     )

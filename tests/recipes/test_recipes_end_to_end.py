@@ -11,9 +11,12 @@ from hydra.utils import instantiate
 from pytorch_lightning.callbacks import EarlyStopping
 
 from musique_models.cli.train import train
+from musique_models.errors import ConfigValueError
+from musique_models.features.context import YES_NO_PREFIX
 from musique_models.models.backbone import BackboneSpec
 from musique_models.recipes.end2end import End2End
-from musique_models.recipes.select_answer import SelectAnswer
+from musique_models.recipes.reader import reader_monitor, yes_no_setup
+from musique_models.recipes.select_answer import SELECTOR_MONITOR, SelectAnswer
 from musique_models.training.stage import lightning_trainer_kwargs, stage_callbacks
 from tests.conftest import DATASET_CONFIGS, SAMPLES, TINY_SELECT_ANSWER, run_python
 
@@ -53,13 +56,13 @@ def test_every_model_and_dataset_config_composes_and_instantiates(model: str, da
         assert isinstance(recipe, End2End) and recipe.empty_question == (model == "c_only")
         paragraph_tokens = {"hotpotqa_20k": 300, "2wiki_20k": 500}.get(dataset, 250)
         assert recipe.reader_cfg.max_paragraph_tokens == paragraph_tokens
-        assert recipe.reader_cfg.max_question_tokens == 150 and recipe.reader_cfg.max_length == 4000
+        assert recipe.reader_cfg.max_question_tokens == 150 and recipe.reader_cfg.max_document_tokens == 4000
         official = compose_train_cfg([f"model={model}", f"dataset={dataset}", "dataset.sample=false"]).model.reader
         effective_batch = official.micro_batch_size * official.accumulate_grad_batches
         assert effective_batch == (12 if dataset.startswith("musique") else 16) and official.gradient_checkpointing
         assert official.max_epochs == (10 if dataset == "hotpotqa_20k" else 3) and official.validate
     trainer = instantiate(lightning_trainer_kwargs(cfg), logger=False, enable_progress_bar=False)
-    assert trainer.gradient_clip_val == 1.0 and trainer.max_epochs == 3
+    assert trainer.gradient_clip_val == 1.0 and trainer.gradient_clip_algorithm == "value"
 
 
 @pytest.mark.parametrize("backbone", BACKBONES)
@@ -162,16 +165,21 @@ def test_early_stopping_takes_each_stages_patience(compose_train_cfg, tmp_path: 
 def test_each_component_has_its_own_backbone_defaulting_to_the_runs(compose_train_cfg) -> None:
     default = compose_train_cfg(["backbone=tiny"])
     assert default.model.selector.backbone.name == default.model.answerer.backbone.name == "tiny"
-    mixed = compose_train_cfg(["backbone=tiny", "+backbone@model.selector.backbone=roberta_large"])
+    mixed = compose_train_cfg(["backbone=tiny", "backbone@model.selector.backbone=roberta_large"])
+    # the component's backbone replaces the run's: nothing of the run's (tiny's random config) leaks into it
+    assert (
+        "config_overrides" not in mixed.model.selector.backbone
+        and "tokenizer_from" not in mixed.model.selector.backbone
+    )
     assert mixed.model.selector.backbone.name == "roberta_large" and mixed.model.answerer.backbone.name == "tiny"
     assert mixed.model.selector.lr == 2e-5 and mixed.model.answerer.lr == 1e-4  # each from its own backbone
-    end2end = compose_train_cfg(["model=end2end", "backbone=tiny", "+backbone@model.reader.backbone=tiny_longformer"])
+    end2end = compose_train_cfg(["model=end2end", "backbone=tiny", "backbone@model.reader.backbone=tiny_longformer"])
     assert end2end.model.reader.backbone.name == "tiny_longformer"
 
 
 @pytest.mark.slow
 def test_select_answer_trains_each_stage_on_its_own_backbone(compose_train_cfg, tmp_path: Path) -> None:
-    cfg = compose_train_cfg([*TINY_SELECT_ANSWER, "logger=none", "+backbone@model.answerer.backbone=tiny_longformer"])
+    cfg = compose_train_cfg([*TINY_SELECT_ANSWER, "logger=none", "backbone@model.answerer.backbone=tiny_longformer"])
     train(cfg)
     run = Path(cfg.paths.output_dir)
     stored = {
@@ -180,4 +188,144 @@ def test_select_answer_trains_each_stage_on_its_own_backbone(compose_train_cfg, 
     }
     assert stored["selector"]["hyper_parameters"]["backbone"].name == "tiny"
     assert stored["answerer"]["hyper_parameters"]["backbone"].name == "tiny_longformer"
+    # a Longformer answerer reads its top K as one input (the End2End reader's module, global attention)
+    assert "gradient_checkpointing" in stored["answerer"]["hyper_parameters"]
     assert any("attention.self.query_global" in key for key in stored["answerer"]["state_dict"])  # a Longformer
+
+
+# The paper's systems as the official experiment configs (StonyBrookNLP/musique experiment_configs/, setting=full)
+# define them, per stage: backbone, lr, epochs, effective batch (questions), token caps, K, patience, validation
+# metric; every system: gradient clipping by value at 1.0, seed 100, slanted triangular schedule.
+_SELECTOR = {"backbone": "roberta_large", "lr": 2e-5, "max_length": 300, "monitor": "val/rank_f1"}
+_ANSWERER = {
+    "backbone": "longformer_large",
+    "lr": 2e-5,
+    "batch": 16,
+    "patience": 3,
+    "max_document_tokens": 4000,
+    "max_paragraph_tokens": 400,
+    "max_question_tokens": 150,
+}
+_READER = {
+    "backbone": "longformer_large",
+    "lr": 2e-5,
+    "patience": 3,
+    "max_document_tokens": 4000,
+    "max_question_tokens": 150,
+}
+OFFICIAL_SYSTEMS = {
+    "sa_musique_ans": {
+        "selector": {**_SELECTOR, "epochs": 3, "batch": 12, "patience": 2},
+        "answerer": {**_ANSWERER, "epochs": 3, "k": 7, "monitor": "val/answer_f1"},
+    },
+    "sa_musique_full": {
+        "selector": {**_SELECTOR, "epochs": 3, "batch": 12, "patience": 2},
+        "answerer": {**_ANSWERER, "epochs": 3, "k": 7, "monitor": "val/group_answer_sufficiency_f1"},
+    },
+    "sa_hotpotqa_20k": {
+        "selector": {**_SELECTOR, "epochs": 10, "batch": 16, "patience": 3},
+        "answerer": {**_ANSWERER, "epochs": 10, "k": 3, "monitor": "val/answer_f1"},
+    },
+    "sa_2wiki_20k": {
+        "selector": {**_SELECTOR, "epochs": 10, "batch": 16, "patience": 3},
+        "answerer": {**_ANSWERER, "epochs": 10, "k": 5, "monitor": "val/answer_f1"},
+    },
+    "ee_musique_ans": {
+        "reader": {**_READER, "epochs": 3, "batch": 12, "max_paragraph_tokens": 250, "monitor": "val/answer_f1"}
+    },
+    "ee_musique_full": {
+        "reader": {
+            **_READER,
+            "epochs": 3,
+            "batch": 12,
+            "max_paragraph_tokens": 250,
+            "monitor": "val/group_answer_sufficiency_f1",
+        }
+    },
+    "ee_hotpotqa_20k": {
+        "reader": {**_READER, "epochs": 10, "batch": 16, "max_paragraph_tokens": 300, "monitor": "val/answer_f1"}
+    },
+    "ee_2wiki_20k": {
+        "reader": {**_READER, "epochs": 3, "batch": 16, "max_paragraph_tokens": 500, "monitor": "val/answer_f1"}
+    },
+}
+_YES_NO_DATASETS = ("hotpotqa_20k", "2wiki_20k")
+
+
+@pytest.mark.parametrize("system", list(OFFICIAL_SYSTEMS))
+def test_each_official_system_composes_to_exactly_the_official_values(system: str, compose_train_cfg) -> None:
+    cfg = compose_train_cfg([f"experiment={system}"])
+    dataset = system.split("_", 1)[1]
+    assert cfg.dataset.name == dataset and not cfg.dataset.sample and cfg.seed == 100
+    assert cfg.model.name == ("select_answer" if system.startswith("sa_") else "end2end")
+    trainer = instantiate(lightning_trainer_kwargs(cfg), logger=False, enable_progress_bar=False)
+    assert trainer.gradient_clip_val == 1.0 and trainer.gradient_clip_algorithm == "value"
+    recipe = instantiate(cfg.model, _recursive_=False)
+    # titles and the ( yes | no ) prefix on HotpotQA and 2Wiki only, as the official readers
+    assert cfg.dataset.include_title == cfg.dataset.yes_no_answers == (dataset in _YES_NO_DATASETS)
+    assert recipe.yes_no == "prefix"
+    has_unanswerable = dataset == "musique_full"
+    for stage, expected in OFFICIAL_SYSTEMS[system].items():
+        stage_cfg = cfg.model[stage]
+        actual = {
+            "backbone": stage_cfg.backbone.name,
+            "lr": stage_cfg.lr,
+            "epochs": stage_cfg.max_epochs,
+            "batch": stage_cfg.micro_batch_size * stage_cfg.accumulate_grad_batches,
+            "patience": stage_cfg.patience,
+            "monitor": SELECTOR_MONITOR if stage == "selector" else reader_monitor(has_unanswerable),
+        }
+        for key in ("max_length", "max_document_tokens", "max_paragraph_tokens", "max_question_tokens"):
+            if key in expected:
+                actual[key] = stage_cfg[key]
+        if "k" in expected:
+            actual["k"] = recipe.top_k
+        assert actual == expected
+        assert stage_cfg.schedule == "slanted_triangular" and stage_cfg.warmup_ratio == 0.1
+        assert stage_cfg.validate and stage_cfg.get("max_answer_tokens") is None
+        if stage == "answerer":  # the Longformer answerer reads its top K as one input
+            assert recipe._single_input(instantiate(stage_cfg.backbone))
+        if stage in ("answerer", "reader"):
+            assert stage_cfg.gradient_checkpointing
+
+
+@pytest.mark.parametrize("system", list(OFFICIAL_SYSTEMS))
+def test_each_official_system_runs_with_tiny_backbones(system: str, compose_train_cfg, tmp_path: Path) -> None:
+    tiny = ["backbone=tiny_longformer"]
+    if system.startswith("sa_"):
+        tiny.append("backbone@model.selector.backbone=tiny")
+    cfg = compose_train_cfg(
+        [
+            f"experiment={system}",
+            "trainer=cpu",
+            *tiny,
+            "dataset.sample=true",
+            "dataset.train_size=4",
+            "eval_size=3",
+            "trainer.fast_dev_run=true",
+            "trainer.enable_progress_bar=false",
+            "logger=none",
+        ]
+    )
+    assert cfg.seed == 100 and cfg.model[
+        ("selector" if system.startswith("sa_") else "reader")
+    ].backbone.name.startswith("tiny")
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    predictions = (run / "predictions.jsonl").read_text().splitlines()
+    assert len(predictions) == 3 * (2 if system.endswith("musique_full") else 1)
+    assert json.loads((run / "status.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.parametrize("mode", ["prefix", "head"])
+def test_yes_no_answers_as_prefix_spans_or_with_the_answer_type_head(mode: str, compose_train_cfg) -> None:
+    cfg = compose_train_cfg(["dataset=hotpotqa_20k", f"model.yes_no={mode}", "trainer.fast_dev_run=true", *TINY_RUN])
+    assert yes_no_setup(cfg, mode) == ((YES_NO_PREFIX, False) if mode == "prefix" else ("", True))
+    assert yes_no_setup(compose_train_cfg([f"model.yes_no={mode}"]), mode) == ("", False)  # MuSiQue: neither
+    with pytest.raises(ConfigValueError, match="model.yes_no='both': expected one of prefix, head"):
+        yes_no_setup(cfg, "both")
+    train(cfg)
+    answerer = torch.load(
+        Path(cfg.paths.output_dir) / "answerer" / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=False
+    )
+    assert any(key.startswith("type_head.") for key in answerer["state_dict"]) == (mode == "head")

@@ -42,7 +42,7 @@ def test_features_are_recomputed_when_the_featuriser_code_changes(tmp_path: Path
     table = datasets.Dataset.from_list(
         [{"question": "q?", "paragraphs": [{"idx": 0, "title": "t", "text": "some text", "is_supporting": True}]}]
     )
-    settings = {"max_length": 64, "include_title": False}
+    settings = {"max_length": 64}
     first = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
     again = datamodule.featurize(table, featurize_selector, tokenizer, tmp_path, "pairs", **settings)
     assert again.cache_files == first.cache_files  # same code, same settings: reused
