@@ -37,7 +37,8 @@ def build_context(paragraphs: Sequence[dict], include_title: bool, prefix: str =
     """`[prefix ][[PP]] title || text [[PP]] title || text ...` in the given order, with each paragraph's offsets.
 
     `prefix` (the yes/no prefix, or empty) opens the context before the first marker, as the official readers'
-    `global_prefix`; a paragraph's span covers its title and text."""
+    `global_prefix`; a paragraph's span covers its title and text. Runs of whitespace in titles and texts become
+    one space (the official reader's `clean_ws`)."""
     pieces: list[str] = [f"{prefix} "] if prefix else []
     length = len(pieces[0]) if prefix else 0
     spans = []
@@ -49,7 +50,8 @@ def build_context(paragraphs: Sequence[dict], include_title: bool, prefix: str =
                 "from the data"
             )
         marker_start = length
-        text = f"{paragraph['title']}{TITLE_SEPARATOR}{paragraph['text']}" if include_title else paragraph["text"]
+        body = " ".join(paragraph["text"].split())  # whitespace collapsed, as the official reader's clean_ws
+        text = f"{' '.join(paragraph['title'].split())}{TITLE_SEPARATOR}{body}" if include_title else body
         text_start = length + len(PARAGRAPH_MARKER) + 1
         pieces.append(f"{PARAGRAPH_MARKER} {text} ")
         length = text_start + len(text) + 1
@@ -107,10 +109,8 @@ def locate_answer(
     In the LAST supporting paragraph that holds the answer (`answer_offset` in the paragraph's marker-led text);
     else, or when the answer is part of the yes/no `prefix`, its `answer_offset` in the whole context. Aliases are
     tried the same way when the answer is nowhere (the official readers use the answer only). None when no answer
-    is in the context, and for yes/no answers without a prefix (the answer-type head predicts those).
+    is in the context. (With the answer-type head, yes/no questions get no span loss whatever is found.)
     """
-    if answers and answer_type(answers[0]) != 0 and not prefix:
-        return None
     for answer in answers:
         answer = answer.strip()
         if not answer:

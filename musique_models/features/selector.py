@@ -1,7 +1,8 @@
 """Selector features: one `question SEP paragraph` text per row, as the official `text_ranker` reader builds it.
 
 The question and the paragraph are joined by the literal word `SEP` into ONE sequence (not a tokenizer pair),
-paragraph titles left out, and the whole clipped to `max_length` tokens (300 in the official configs).
+paragraph titles left out, and the whole clipped to `max_length` tokens (300 in the official configs) before the
+special tokens are added.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def selector_texts(batch: dict[str, list], rows: list[int]) -> dict[str, list]:
     for row, question, paragraphs in zip(rows, batch["question"], batch["paragraphs"]):
         question = " ".join(question.split())
         for paragraph in paragraphs:
-            out["text"].append(question + QUESTION_SEPARATOR + " ".join(paragraph["text"].split()))
+            out["text"].append(question + QUESTION_SEPARATOR + paragraph["text"].strip())
             out["label"].append(float(paragraph["is_supporting"]))
             out["example_row"].append(row)
             out["paragraph_idx"].append(paragraph["idx"])
@@ -31,9 +32,11 @@ def selector_texts(batch: dict[str, list], rows: list[int]) -> dict[str, list]:
 def featurize_selector(
     batch: dict[str, list], rows: list[int], tokenizer: PreTrainedTokenizerFast, *, max_length: int
 ) -> dict[str, Any]:
-    """Batched `datasets.map` function: tokenised texts with label, example row and paragraph idx."""
+    """Batched `datasets.map` function: tokenised texts with label, example row and paragraph idx. `max_length`
+    counts the text's tokens, the special tokens come on top (as the official reader adds them after clipping)."""
     texts = selector_texts(batch, rows)
-    encoded = tokenizer(texts["text"], truncation=True, max_length=max_length)
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    encoded = tokenizer(texts["text"], truncation=True, max_length=max_length + specials)
     return {
         **{key: encoded[key] for key in encoded},
         "label": texts["label"],

@@ -1,7 +1,8 @@
 """Multi-paragraph answerer (the "Answer" of Select+Answer): reads the selector's top-K paragraphs with markers.
 
 Heads on the encoder's token states (shapes: B windows, T tokens, M markers, H hidden):
-- span: start/end logits per token (B, T); cross-entropy to the answer's first and last tokens. A window of a
+- span: start/end logits per token (B, T); cross-entropy over the context tokens to the answer's first and last
+  tokens. A window of a
   windowed question that does not hold the answer points at its first token (as HF `run_qa`); a single-input
   question whose answer is not in the input has the label (-1, -1) and no span loss (as the official reader);
 - support: one logit per paragraph marker (B, M); binary cross-entropy, predicted when p > 0.5 (or, with
@@ -143,9 +144,23 @@ class MultiParagraphAnswerer(QAModule):
         if self.answer_type_head:
             span_rows &= batch["answer_type"] == 0
         cross_entropy = nn.functional.cross_entropy
+        # the softmax runs over the context tokens only, as the official model masks everything outside its
+        # context span; the first token stays a candidate for windows labelled there (HF `run_qa`'s "not here")
+        candidates = batch["offset_mapping"][..., 0] >= 0  # (B, T)
+        candidates[:, 0] |= batch["start_position"] == 0
         span = (
-            cross_entropy(outputs["start_logits"], batch["start_position"], reduction="none", ignore_index=-1)
-            + cross_entropy(outputs["end_logits"], batch["end_position"], reduction="none", ignore_index=-1)
+            cross_entropy(
+                outputs["start_logits"].masked_fill(~candidates, -1e4),
+                batch["start_position"],
+                reduction="none",
+                ignore_index=-1,
+            )
+            + cross_entropy(
+                outputs["end_logits"].masked_fill(~candidates, -1e4),
+                batch["end_position"],
+                reduction="none",
+                ignore_index=-1,
+            )
         ) / 2  # (B,)
         loss = _masked_mean(span, span_rows.float())
         if self.single_support:

@@ -2,8 +2,9 @@
 
 Each window contributes its best answer span (the highest start + end logit over every span within one paragraph,
 searched exhaustively, optionally at most `max_answer_tokens` long), the support probability of each paragraph
-marker it holds, an answerability probability and answer-type probabilities. Per question: the best-scoring span over all windows (its text is the exact context substring),
-each paragraph's highest support probability, and the mean answerability and answer-type probabilities.
+marker it holds, an answerability probability and answer-type probabilities. Per question: the best-scoring span
+over all windows (its text is the exact context substring), each paragraph's highest support probability, and the
+mean answerability and answer-type probabilities.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def best_spans(
         # maximum never reach back into an earlier segment (an end token's own start is always a candidate).
         finite = starts[in_context]
         lift = float(finite.max() - finite.min()) + 1.0 if finite.numel() else 1.0
-        _, best_start = torch.cummax(starts + segment.double() * lift, dim=1)  # (W, T)
+        running = torch.cummax(starts + segment.double() * lift, dim=1).values  # (W, T), non-decreasing
+        # the FIRST position where the running maximum reached its value: the smallest start among equals
+        best_start = torch.searchsorted(running.contiguous(), running.contiguous(), side="left")  # (W, T)
         start_score = starts.gather(1, best_start)  # (W, T)
     else:
         span = max_answer_tokens
@@ -68,7 +71,11 @@ def best_spans(
         start_score, back = candidates.masked_fill(~same_segment, float("-inf")).max(dim=2)  # (W, T)
         best_start = torch.arange(starts.shape[1], device=starts.device)[None, :] - (span - 1) + back
     scores = start_score + ends  # (W, T): the best span ending at each token
-    best_end = scores.argmax(dim=1)  # (W,)
+    # ties (common with bf16 logits) go to the smallest start, then the smallest end, as the official row-major argmax
+    tokens = starts.shape[1]
+    order = (best_start.clamp(min=0) * tokens + torch.arange(tokens, device=starts.device)).double()  # (W, T)
+    best_score = scores.max(dim=1, keepdim=True).values  # (W, 1)
+    best_end = order.masked_fill(scores != best_score, float("inf")).argmin(dim=1)  # (W,)
     rows = torch.arange(len(best_end), device=best_end.device)
     return scores[rows, best_end], best_start[rows, best_end].clamp(min=0), best_end
 

@@ -1,12 +1,15 @@
 """End2End (EE, Trivedi et al., 2022): one Longformer reads the question and all paragraphs at once.
 
-Input (`musique_models.features.end2end`): `<s> question </s></s> [[PP]] paragraph_1 [[PP]] paragraph_2 ... </s>`,
-every paragraph in dataset order, clipped per dataset, markers never clipped. Global attention on every question
-token and every marker. The heads are the multi-paragraph answerer's (span over the context, support per marker,
-answerability on the first token for MuSiQue-Full, answer type for yes/no datasets), so decoding and metrics are
+Input (`musique_models.features.end2end`): `<s> question </s></s> [( yes | no )] [[PP]] paragraph_1 [[PP]]
+paragraph_2 ... </s>`, every paragraph in dataset order, clipped per dataset, markers never clipped. Global
+attention on every token before the context (`<s>`, the question, the separators) and every marker, as the
+official `transformer_rc` reader. The heads are the multi-paragraph answerer's (span over the context, support per
+marker, answerability on the first token for MuSiQue-Full, optionally answer type), so decoding and metrics are
 shared; the input is one window per question. Gradient checkpointing is on by default (4,000-token inputs).
 
-The recipe that trains it (`model=end2end`, and C-only: `model=c_only`) is `musique_models.recipes.end2end`.
+The same module is Select+Answer's answerer when that reads its top K as one input (a Longformer backbone). The
+recipes that train it: `musique_models.recipes.end2end` (`model=end2end`, C-only: `model=c_only`) and
+`musique_models.recipes.select_answer`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from musique_models.models.backbone import BackboneError, BackboneSpec
 
 
 class End2EndReader(MultiParagraphAnswerer):
-    """The multi-paragraph answerer's heads on a Longformer that gives the question tokens and the paragraph
-    markers global attention (`global_attention_mask`, built by the collator from the features'
+    """The multi-paragraph answerer's heads on a Longformer that gives everything before the context and the
+    paragraph markers global attention (`global_attention_mask`, built by the collator from the features'
     `global_positions`). Args as `MultiParagraphAnswerer`, plus `gradient_checkpointing`."""
 
     def __init__(
@@ -45,7 +48,7 @@ class End2EndReader(MultiParagraphAnswerer):
         global_attention_mask: torch.Tensor | None = None,
         **_: torch.Tensor,
     ) -> torch.Tensor:
-        """Token states (B, T, H); `global_attention_mask` (B, T) is 1 on the question tokens and markers."""
+        """Token states (B, T, H); `global_attention_mask` (B, T) is 1 before the context and on the markers."""
         if global_attention_mask is None:
             raise ValueError("End2EndReader needs a global_attention_mask (features from featurize_end2end)")
         return self.encoder(

@@ -1,4 +1,4 @@
-"""Paragraph selector (the "Select" of Select+Answer): a cross-encoder scoring `question [SEP] paragraph`."""
+"""Paragraph selector (the "Select" of Select+Answer): a cross-encoder scoring one `question SEP paragraph` text."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ class ParagraphSelector(QAModule):
     """Scores each paragraph's relevance to the question with a linear head on the pooled encoder states
     (the backbone's pre-training pooling: first token, or mean for sentence-transformers checkpoints).
 
-    Trained with binary cross-entropy on gold supporting paragraphs and as many random other paragraphs;
-    validated on every paragraph (unbalanced), reporting recall@K and rank F1 of the ranking.
+    Trained with binary cross-entropy on batches of whole questions, each with its gold supporting paragraphs and
+    as many random other paragraphs; validated on every paragraph (unbalanced), reporting recall@K and rank F1 of
+    the ranking.
 
     Args:
         backbone: the encoder.

@@ -122,8 +122,8 @@ class BucketBatchSampler(Sampler[list[int]]):
     """Batches of rows of similar length (less padding), reproducible from `seed` and the epoch.
 
     Training (`shuffle=True`): the epoch's units are shuffled, cut into chunks of `bucket_batches` batches, each
-    chunk sorted by length and cut into batches, and the batches shuffled (AllenNLP's bucket sampler over
-    `max_instances_in_memory`). A unit is a row; with `subset` (balanced negatives) it is a QUESTION with the rows
+    chunk sorted by length and cut into batches, and the batches shuffled (as AllenNLP's bucket sampler over chunks
+    of `max_instances_in_memory`, which takes the chunks in file order without the global shuffle). A unit is a row; with `subset` (balanced negatives) it is a QUESTION with the rows
     `subset` draws for it this epoch, so that `batch_size` counts questions, as the official selector's batches
     do. Evaluation: rows sorted by length, in order.
     Under torch.distributed each rank takes every world-size-th batch; the list is padded with repeats so that

@@ -104,8 +104,8 @@ def test_answer_labels_point_at_the_answer_text(
             # covers the whole tokens holding it
             assert any(a.lower() in context[start:end].lower() for a in [example["answer"], *example["answer_aliases"]])
             assert len(context[start:end]) < len(example["answer"]) + 12 or example["answer_aliases"]
-            if example["answer"] in ("yes", "no"):
-                assert prefix and start < len(prefix)  # read from the ( yes | no ) prefix
+            if example["answer"] in ("yes", "no") and prefix:
+                assert start < len(prefix)  # read from the ( yes | no ) prefix
             labelled += 1
     assert labelled >= 10
 
@@ -168,10 +168,11 @@ def test_selector_pairs_complete_and_balanced_afresh_each_epoch(tokenizer, tmp_p
     table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 10)
     pairs = featurize(table, featurize_selector, tokenizer, tmp_path / "f", "sel", max_length=128)
     gold = {(row, p["idx"]) for row, ps in enumerate(table["paragraphs"]) for p in ps if p["is_supporting"]}
-    assert len(pairs) == 200 and max(len(ids) for ids in pairs["input_ids"]) <= 128
+    # 128 tokens of text, then [CLS] and [SEP] (the official reader clips the text, then adds the special tokens)
+    assert len(pairs) == 200 and max(len(ids) for ids in pairs["input_ids"]) == 130
     # the official text: "question SEP paragraph" as ONE sequence (no pair, no title)
     first = table[0]["paragraphs"][0]
-    expected = tokenizer(f"{table[0]['question']} SEP {first['text']}", truncation=True, max_length=128)
+    expected = tokenizer(f"{table[0]['question']} SEP {first['text']}", truncation=True, max_length=130)
     assert pairs[0]["input_ids"] == expected["input_ids"] and set(pairs[0]["token_type_ids"]) == {0}
     assert pairs[0]["input_ids"].count(tokenizer.sep_token_id) == 1
     assert {
@@ -211,14 +212,20 @@ def _brute_force_best_span(start, end, in_context, segment, cap):
     return best
 
 
+@pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("cap", [None, 1, 4])
-def test_best_span_is_the_exhaustive_best_within_a_paragraph(cap) -> None:
+def test_best_span_is_the_exhaustive_best_within_a_paragraph(cap, ties) -> None:
+    """Against a brute-force search over every pair, in the official row-major order: on ties (logits in a few
+    integer values, as bf16 makes them common) the smallest start, then the smallest end."""
     generator = torch.Generator().manual_seed(3)
-    windows, tokens = 6, 40
-    start_logits, end_logits = (
-        torch.randn(windows, tokens, generator=generator),
-        torch.randn(windows, tokens, generator=generator),
-    )
+    windows, tokens = 8, 40
+
+    def logits() -> torch.Tensor:
+        if ties:
+            return torch.randint(0, 3, (windows, tokens), generator=generator).float()
+        return torch.randn(windows, tokens, generator=generator)
+
+    start_logits, end_logits = logits(), logits()
     offsets = torch.arange(tokens).repeat(windows, 1)[..., None].repeat(1, 1, 2)
     outside = torch.rand(windows, tokens, generator=generator) < 0.2  # question, special tokens, markers
     outside[:, :3] = True
@@ -264,6 +271,7 @@ def test_unanswerable_rows_are_supervised_for_support_with_every_label_zero() ->
         "end_position": torch.tensor([1, 0]),
         "support_labels": torch.tensor([[1.0, 0.0], [1.0, 0.0]]),  # the unanswerable row keeps a flag
         "marker_mask": torch.tensor([[True, True], [True, True]]),
+        "offset_mapping": torch.zeros(2, 4, 2, dtype=torch.long),  # every token in the context
     }
 
     def loss_with(unanswerable_support_logits: list[float]) -> float:
@@ -286,17 +294,19 @@ def test_unanswerable_rows_are_supervised_for_support_with_every_label_zero() ->
     assert loss_with([3.0, -1.0]) == pytest.approx(float(span + expected_support + answerability), rel=1e-5)
 
 
-def test_span_loss_ignores_rows_whose_answer_is_not_in_the_input() -> None:
+def test_span_loss_is_over_context_tokens_and_ignores_rows_whose_answer_is_not_in_the_input() -> None:
     spec = instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/tiny.yaml"))
     answerer = MultiParagraphAnswerer(spec, vocab_size=30523)
     generator = torch.Generator().manual_seed(0)
     outputs = {
-        "start_logits": torch.randn(2, 5, generator=generator),
-        "end_logits": torch.randn(2, 5, generator=generator),
+        "start_logits": torch.randn(2, 6, generator=generator),
+        "end_logits": torch.randn(2, 6, generator=generator),
         "support_logits": torch.zeros(2, 1),
         "answerable_logit": torch.zeros(2),
         "type_logits": torch.zeros(2, 3),
     }
+    offsets = torch.arange(6).repeat(2, 1)[..., None].repeat(1, 1, 2)
+    offsets[:, :2] = -1  # [CLS] and a question token: outside the context
     batch = {
         "answerable": torch.tensor([1, 1]),
         "answer_type": torch.tensor([0, 0]),
@@ -304,12 +314,14 @@ def test_span_loss_ignores_rows_whose_answer_is_not_in_the_input() -> None:
         "end_position": torch.tensor([3, -1]),
         "support_labels": torch.zeros(2, 1),
         "marker_mask": torch.ones(2, 1, dtype=torch.bool),
+        "offset_mapping": offsets,
     }
     support = torch.nn.functional.binary_cross_entropy_with_logits(torch.zeros(2), torch.zeros(2))
     cross_entropy = torch.nn.functional.cross_entropy
+    # row 0 only, its softmax over the 4 context tokens (positions 2-5): labels 2 and 3 are context tokens 0 and 1
     span = (
-        cross_entropy(outputs["start_logits"][:1], torch.tensor([2]))
-        + cross_entropy(outputs["end_logits"][:1], torch.tensor([3]))
+        cross_entropy(outputs["start_logits"][:1, 2:], torch.tensor([0]))
+        + cross_entropy(outputs["end_logits"][:1, 2:], torch.tensor([1]))
     ) / 2
     assert float(answerer.loss(batch, outputs)) == pytest.approx(float(span + support), rel=1e-5)
 
@@ -339,12 +351,15 @@ def test_the_gold_span_is_in_the_last_supporting_paragraph_that_holds_it() -> No
     start, _ = locate_answer(context, spans, {0}, ["again"])
     assert spans[1].text_start <= start < spans[1].text_end
     assert locate_answer(context, spans, {0, 2}, ["Rome"]) is None
-    # yes/no: read from the ( yes | no ) prefix; without one the answer-type head predicts them (no span)
+    # yes/no: read from the ( yes | no ) prefix, which opens the context
     prefixed, prefixed_spans = build_context(paragraphs, include_title=True, prefix=YES_NO_PREFIX)
     assert prefixed.startswith(f"{YES_NO_PREFIX} [[PP]] A || Paris is big.")
     start, end = locate_answer(prefixed, prefixed_spans, {0, 2}, ["no"], prefix=YES_NO_PREFIX)
     assert (start, end) == (8, 10) and prefixed[start:end] == "no"
-    assert locate_answer(context, spans, {0, 2}, ["yes"]) is None
+    assert locate_answer(context, spans, {0, 2}, ["yes"]) is None  # no prefix, and nowhere in the paragraphs
+    # whitespace runs collapse to one space in the context, as the official reader's clean_ws
+    spaced, _ = build_context([{**paragraphs[0], "text": "Paris\n  is   big."}], include_title=False)
+    assert spaced == "[[PP]] Paris is big. "
 
 
 def test_slanted_triangular_schedule_is_allennlps() -> None:
