@@ -130,6 +130,7 @@ class SelectAnswer:
                 lr=self.selector_cfg.lr,
                 warmup_ratio=self.selector_cfg.warmup_ratio,
                 schedule=self.selector_cfg.get("schedule", "linear"),
+                rows_per_forward=self.selector_cfg.get("rows_per_forward"),
             )
             balanced = BalancedNegatives(train_pairs["label"], train_pairs["example_row"], cfg.seed)
             selector_data = self._datamodule(

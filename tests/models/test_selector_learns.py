@@ -67,3 +67,30 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
     recall = float(metric.compute()[f"recall_at_{K}"])
     # a random ranking puts each gold paragraph in the top K with probability K / 20 = 0.35
     assert recall > K / PARAGRAPHS + 0.1, recall
+
+
+def test_length_sorted_forward_chunks_give_the_same_loss_and_gradient() -> None:
+    """`rows_per_forward` only spares padding: in eval mode (no dropout) the loss and every gradient equal one
+    forward pass over the padded batch."""
+    backbone = instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/tiny.yaml"))
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([5, 17, 9, 30, 12, 3, 22])
+    input_ids = torch.randint(1000, 2000, (7, 30), generator=generator)
+    attention_mask = (torch.arange(30)[None, :] < lengths[:, None]).long()
+    batch = {
+        "input_ids": input_ids * attention_mask,
+        "attention_mask": attention_mask,
+        "token_type_ids": torch.zeros_like(input_ids),
+        "label": torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]),
+    }
+    results = []
+    for rows_per_forward in (None, 3):
+        torch.manual_seed(0)
+        selector = ParagraphSelector(backbone, 30523, rows_per_forward=rows_per_forward).eval()
+        selector.log = lambda *args, **kwargs: None
+        loss = selector.training_step(batch, 0)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in selector.parameters() if p.grad is not None]))
+    (loss, grads), (chunked_loss, chunked_grads) = results
+    assert torch.allclose(loss, chunked_loss, atol=1e-6) and len(grads) == len(chunked_grads)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads, chunked_grads))
