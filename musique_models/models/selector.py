@@ -31,7 +31,7 @@ class ParagraphSelector(QAModule):
         top_k: the K the answerer reads; `val/recall_at_k` is logged for it (and for 2, 3, 5, 7).
         rows_per_forward: split each training batch into forward passes of at most this many rows, sorted by
             length, each padded to its own longest row: a batch of whole questions mixes short and long
-            paragraphs (60% padding on the MuSiQue sample), and this spares that compute on CPU. The loss, a mean
+            paragraphs (padded batches held 1.6x their real tokens on the MuSiQue sample); this spares that compute on CPU. The loss, a mean
             over all the batch's rows, and its gradient are the same. None: one forward pass per batch.
     """
 

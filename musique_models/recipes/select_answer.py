@@ -109,8 +109,9 @@ class SelectAnswer:
         tokenizer = load_tokenizer(selector_backbone)
         cache = f"{cfg.paths.cache_dir}/features"
         include_title = bool(cfg.dataset.get("include_title", False))
-        # the text's tokens; the special tokens (2) come on top, within the backbone's positions
-        selector_settings = {"max_length": min(self.selector_cfg.max_length, selector_backbone.max_length - 2)}
+        # the text's tokens; the special tokens come on top, within the backbone's positions
+        room = selector_backbone.max_length - tokenizer.num_special_tokens_to_add(pair=False)
+        selector_settings = {"max_length": min(self.selector_cfg.max_length, room)}
 
         # Stage 1: the selector, trained on balanced pairs (each question's gold paragraphs and as many negatives,
         # drawn afresh every epoch; a batch is `micro_batch_size` questions), validated on every paragraph.

@@ -213,41 +213,37 @@ _READER = {
     "max_document_tokens": 4000,
     "max_question_tokens": 150,
 }
-OFFICIAL_SYSTEMS = {
-    "sa_musique_ans": {
-        "selector": {**_SELECTOR, "epochs": 3, "batch": 12, "patience": 2},
-        "answerer": {**_ANSWERER, "epochs": 3, "k": 7, "monitor": "val/answer_f1"},
-    },
-    "sa_musique_full": {
-        "selector": {**_SELECTOR, "epochs": 3, "batch": 12, "patience": 2},
-        "answerer": {**_ANSWERER, "epochs": 3, "k": 7, "monitor": "val/group_answer_sufficiency_f1"},
-    },
-    "sa_hotpotqa_20k": {
-        "selector": {**_SELECTOR, "epochs": 10, "batch": 16, "patience": 3},
-        "answerer": {**_ANSWERER, "epochs": 10, "k": 3, "monitor": "val/answer_f1"},
-    },
-    "sa_2wiki_20k": {
-        "selector": {**_SELECTOR, "epochs": 10, "batch": 16, "patience": 3},
-        "answerer": {**_ANSWERER, "epochs": 10, "k": 5, "monitor": "val/answer_f1"},
-    },
-    "ee_musique_ans": {
-        "reader": {**_READER, "epochs": 3, "batch": 12, "max_paragraph_tokens": 250, "monitor": "val/answer_f1"}
-    },
-    "ee_musique_full": {
+_AN, _AN_SF = "val/answer_f1", "val/group_answer_sufficiency_f1"  # +answer_text_f1, +answer_sufficiency_f1
+
+
+def _sa(epochs: int, selector_batch: int, selector_patience: int, k: int, monitor: str) -> dict:
+    return {
+        "selector": {**_SELECTOR, "epochs": epochs, "batch": selector_batch, "patience": selector_patience},
+        "answerer": {**_ANSWERER, "epochs": epochs, "k": k, "monitor": monitor},
+    }
+
+
+def _ee(epochs: int, batch: int, paragraph_tokens: int, monitor: str) -> dict:
+    return {
         "reader": {
             **_READER,
-            "epochs": 3,
-            "batch": 12,
-            "max_paragraph_tokens": 250,
-            "monitor": "val/group_answer_sufficiency_f1",
+            "epochs": epochs,
+            "batch": batch,
+            "max_paragraph_tokens": paragraph_tokens,
+            "monitor": monitor,
         }
-    },
-    "ee_hotpotqa_20k": {
-        "reader": {**_READER, "epochs": 10, "batch": 16, "max_paragraph_tokens": 300, "monitor": "val/answer_f1"}
-    },
-    "ee_2wiki_20k": {
-        "reader": {**_READER, "epochs": 3, "batch": 16, "max_paragraph_tokens": 500, "monitor": "val/answer_f1"}
-    },
+    }
+
+
+OFFICIAL_SYSTEMS = {
+    "sa_musique_ans": _sa(epochs=3, selector_batch=12, selector_patience=2, k=7, monitor=_AN),
+    "sa_musique_full": _sa(epochs=3, selector_batch=12, selector_patience=2, k=7, monitor=_AN_SF),
+    "sa_hotpotqa_20k": _sa(epochs=10, selector_batch=16, selector_patience=3, k=3, monitor=_AN),
+    "sa_2wiki_20k": _sa(epochs=10, selector_batch=16, selector_patience=3, k=5, monitor=_AN),
+    "ee_musique_ans": _ee(epochs=3, batch=12, paragraph_tokens=250, monitor=_AN),
+    "ee_musique_full": _ee(epochs=3, batch=12, paragraph_tokens=250, monitor=_AN_SF),
+    "ee_hotpotqa_20k": _ee(epochs=10, batch=16, paragraph_tokens=300, monitor=_AN),
+    "ee_2wiki_20k": _ee(epochs=3, batch=16, paragraph_tokens=500, monitor=_AN),
 }
 _YES_NO_DATASETS = ("hotpotqa_20k", "2wiki_20k")
 
