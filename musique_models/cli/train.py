@@ -26,7 +26,7 @@ from musique_models.evaluation.evaluator import evaluate_predictions, metrics_ta
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import atomic_open, write_json
-from musique_models.recipes.base import Recipe, RunContext
+from musique_models.recipes.base import Recipe, RunContext, extra_metrics
 from musique_models.training.loggers import close_run_loggers, run_loggers
 from musique_models.training.malloc import keep_freed_memory
 
@@ -212,17 +212,22 @@ def _run_recipe(
     if not isinstance(recipe, Recipe):
         raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name and run)")
     predictions = recipe.run(context)
-    report = evaluate_predictions(context.eval_golds, predictions)
-    write_predictions(output_dir / "predictions.jsonl", predictions)
-    write_json(output_dir / "metrics.json", report.metrics)
+    # a recipe that answers nothing (the decomposer alone) returns None: its metrics are its own
+    metrics = evaluate_predictions(context.eval_golds, predictions).metrics if predictions is not None else {}
+    metrics.update(extra_metrics(recipe))
+    if predictions is not None:
+        write_predictions(output_dir / "predictions.jsonl", predictions)
+    write_json(output_dir / "metrics.json", metrics)
     for logger in loggers:
-        logger.log_metrics({f"test/{key}": value for key, value in report.metrics.items()})
+        logger.log_metrics({f"test/{key}": value for key, value in metrics.items()})
     close_run_loggers(loggers, "success")
     title = f"{cfg.model_name} on {source.name} {cfg.eval_split}"
-    show(console, lambda target: target.print(metrics_table(report.metrics, title=title)))
-    log.info("predictions: %s  metrics: %s", output_dir / "predictions.jsonl", output_dir / "metrics.json")
+    show(console, lambda target: target.print(metrics_table(metrics, title=title)))
+    log.info("metrics: %s", output_dir / "metrics.json")
+    if predictions is not None:
+        log.info("predictions: %s", output_dir / "predictions.jsonl")
     log.info("disk used by the run folder: %.1f MB", folder_megabytes(output_dir))
-    return report.metrics.get(cfg.optimized_metric)
+    return metrics.get(cfg.optimized_metric)
 
 
 def first_questions(table: Any, count: int) -> Any:

@@ -1,4 +1,9 @@
-"""Dataset summary table: `python -m musique_models.data.summary dataset=<name> [dataset.sample=true]`."""
+"""Dataset summary table: `python -m musique_models.data.summary dataset=<name> [dataset.sample=true]
+[view=single_hop]`.
+
+`view=questions` (the default) summarises the questions; `view=single_hop` the single-hop questions derived from
+their decompositions (`musique_models.data.single_hop`), which Step Execution's executor trains on.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from musique_models.data.single_hop import single_hop_table
 from musique_models.data.source import DatasetSource
-from musique_models.errors import user_errors_exit
+from musique_models.errors import ConfigValueError, check_choice, user_errors_exit
+
+VIEWS = ("questions", "single_hop")
 
 
 @dataclass
@@ -95,16 +103,27 @@ def print_summary(source: DatasetSource, splits: dict[str, datasets.Dataset], co
 
 
 def main(overrides: Sequence[str] | None = None) -> None:
-    """Compose the train config with `overrides`, load every split of its dataset and print the table."""
+    """Compose the train config with `overrides` (plus this tool's own `view=`), load every split of its dataset
+    and print the table of its questions or of their single-hop questions."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
     from musique_models import PROJECT_ROOT
 
+    arguments = list(sys.argv[1:] if overrides is None else overrides)
+    views = [argument.split("=", 1)[1] for argument in arguments if argument.startswith("view=")]
+    view = views[-1] if views else "questions"
+    check_choice("view", view, VIEWS)
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=list(sys.argv[1:] if overrides is None else overrides))
+        cfg = compose("train", overrides=[argument for argument in arguments if not argument.startswith("view=")])
     source: DatasetSource = instantiate(cfg.dataset)
-    print_summary(source, {split: source.load(split) for split in source.splits})
+    splits = {split: source.load(split) for split in source.splits}
+    if view == "single_hop":
+        if not any(len(steps) for steps in splits["train"]["decomposition"]):
+            raise ConfigValueError(f"{source.display_name} has no decompositions: it has no single-hop questions")
+        cache = f"{cfg.paths.cache_dir}/features"
+        splits = {f"{split} (single-hop)": single_hop_table(table, cache) for split, table in splits.items()}
+    print_summary(source, splits)
 
 
 if __name__ == "__main__":

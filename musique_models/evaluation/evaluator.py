@@ -51,8 +51,10 @@ class EvaluationReport:
     per_question: list[dict[str, Any]] = field(default_factory=list)
 
 
-def evaluate_predictions(golds: Sequence[GoldInstance], predictions: Sequence[Prediction]) -> EvaluationReport:
-    """Score aligned predictions (one per gold row, same order)."""
+def evaluate_predictions(
+    golds: Sequence[GoldInstance], predictions: Sequence[Prediction], paired: bool = True
+) -> EvaluationReport:
+    """Score aligned predictions (one per gold row, same order); `paired=False`: see `aggregate`."""
     results = [score_instance(gold, prediction) for gold, prediction in zip(golds, predictions, strict=True)]
     per_question = [
         {
@@ -72,7 +74,7 @@ def evaluate_predictions(golds: Sequence[GoldInstance], predictions: Sequence[Pr
         }
         for r, p, g in zip(results, predictions, golds)
     ]
-    return EvaluationReport(aggregate(results), per_question)
+    return EvaluationReport(aggregate(results, paired), per_question)
 
 
 def evaluate_files(
@@ -189,6 +191,11 @@ def write_report(report: EvaluationReport, output: str | Path, per_question_outp
     return per_question_output
 
 
+# Metrics that are counts, or already on a 0-100 scale (BLEU), shown as they are.
+COUNT_METRICS = ("invalid_decompositions",)
+UNSCALED_METRICS = ("decomposition_bleu",)
+
+
 def metrics_table(metrics: dict[str, float], title: str = "metrics") -> Table:
     """The metrics as a readable table: one row per metric, columns all / 2hop / 3hop / 4hop."""
     suffixes = ["", "_2hop", "_3hop", "_4hop"]
@@ -201,7 +208,8 @@ def metrics_table(metrics: dict[str, float], title: str = "metrics") -> Table:
         cells = []
         for suffix in suffixes:
             value = metrics.get(name + suffix)
-            is_count = name.endswith("count")
-            cells.append("" if value is None else (f"{value:.0f}" if is_count else f"{100 * value:.1f}"))
+            is_count = name.endswith("count") or name in COUNT_METRICS
+            scale = 1 if name in UNSCALED_METRICS else 100
+            cells.append("" if value is None else (f"{value:.0f}" if is_count else f"{scale * value:.1f}"))
         table.add_row(name, *cells)
     return table

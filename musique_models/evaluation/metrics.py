@@ -107,13 +107,15 @@ def _hop_bucket(num_hops: int) -> int:
     return min(max(num_hops, HOP_BUCKETS[0]), HOP_BUCKETS[-1])
 
 
-def aggregate(results: Sequence[InstanceResult]) -> dict[str, float]:
+def aggregate(results: Sequence[InstanceResult], paired: bool = True) -> dict[str, float]:
     """Dataset metrics from per-instance results, with the official key names plus per-hop keys.
 
     `answer_*` and `support_*` average over gold-answerable instances. When any gold instance is unanswerable
     (MuSiQue-Full), instances are grouped by id (two per id) and the paired metrics are added: a group scores
     the answerable instance's answer (or support) score only if the predicted answerability of both
-    instances is right, else 0.
+    instances is right, else 0. `paired=False` (data that is not in twins: MuSiQue-Full's single-hop questions)
+    leaves the paired metrics out and adds `avg_answer_sufficiency_f1`, the mean of answer F1 and answerability
+    F1 (the official model's `avg_answer_answerability_f1` with `skip_grouped_metrics`).
     """
     by_hops: dict[int, list[InstanceResult]] = {hops: [] for hops in HOP_BUCKETS}
     for result in results:
@@ -123,7 +125,10 @@ def aggregate(results: Sequence[InstanceResult]) -> dict[str, float]:
     for hops, hop_results in by_hops.items():
         if hop_results:
             metrics.update(_answer_support_means(hop_results, suffix=f"_{hops}hop"))
-    if has_unanswerable:
+    if has_unanswerable and not paired:
+        metrics.update(_answerability_metrics(results))
+        metrics["avg_answer_sufficiency_f1"] = (metrics["answer_f1"] + metrics["sufficiency_f1"]) / 2
+    elif has_unanswerable:
         metrics.update(_sufficiency_metrics(results))
         for hops, hop_results in by_hops.items():
             if hop_results:
@@ -165,7 +170,12 @@ def _group_metrics(results: Sequence[InstanceResult], suffix: str) -> dict[str, 
 
 
 def _sufficiency_metrics(results: Sequence[InstanceResult]) -> dict[str, float]:
-    """Answerability accuracy, and binary F1 with 'answerable' as the positive class; plus the paired metrics."""
+    """Answerability accuracy and F1 (`_answerability_metrics`), plus the paired metrics."""
+    return {**_answerability_metrics(results), **_group_metrics(results, suffix="")}
+
+
+def _answerability_metrics(results: Sequence[InstanceResult]) -> dict[str, float]:
+    """Answerability accuracy, and binary F1 with 'answerable' as the positive class."""
     true_positive = sum(r.predicted_answerable and r.gold_answerable for r in results)
     predicted_positive = sum(r.predicted_answerable for r in results)
     gold_positive = sum(r.gold_answerable for r in results)
@@ -174,7 +184,6 @@ def _sufficiency_metrics(results: Sequence[InstanceResult]) -> dict[str, float]:
     return {
         "sufficiency_accuracy": _mean([float(r.sufficiency_correct) for r in results]),
         "sufficiency_f1": 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0,
-        **_group_metrics(results, suffix=""),
     }
 
 

@@ -31,7 +31,14 @@ from musique_models.evaluation.predictions import Prediction
 from musique_models.evaluation.torchmetric import state_table
 from musique_models.models.backbone import BackboneSpec, load_encoder
 from musique_models.models.base import QAModule
-from musique_models.models.decoding import MARKER_COLUMNS, WINDOW_COLUMNS, decode_predictions, window_outputs
+from musique_models.models.decoding import (
+    MARKER_COLUMNS,
+    WINDOW_COLUMNS,
+    DecodedQuestion,
+    decode_predictions,
+    decode_questions,
+    window_outputs,
+)
 
 
 class MultiParagraphAnswerer(QAModule):
@@ -76,9 +83,11 @@ class MultiParagraphAnswerer(QAModule):
         self.support_threshold = support_threshold
         self.single_support = single_support
         self.val_outputs = WindowOutputCollector()
-        # Set by the training pipeline: the evaluation split's gold, ids and contexts, to score in the loop.
+        # Set by the training pipeline: the evaluation split's gold, ids and contexts, to score in the loop, and
+        # whether its unanswerable rows come in twins (paired metrics; not for single-hop questions).
         self.eval_golds: Sequence[GoldInstance] = ()
         self.eval_context_of: Callable[[int], str] | None = None
+        self.eval_paired = True
 
     def encode(
         self,
@@ -203,7 +212,7 @@ class MultiParagraphAnswerer(QAModule):
         if not self.eval_golds or self.eval_context_of is None:
             return
         metrics = evaluate_predictions(
-            self.eval_golds, self.decode(windows, markers, self.eval_golds, self.eval_context_of)
+            self.eval_golds, self.decode(windows, markers, self.eval_golds, self.eval_context_of), self.eval_paired
         ).metrics
         for name, value in metrics.items():
             if not name.startswith("count"):
@@ -221,16 +230,21 @@ class MultiParagraphAnswerer(QAModule):
         context_of: Callable[[int], str],
     ) -> list[Prediction]:
         """Official predictions, one per gold row, from gathered window tables."""
-        return decode_predictions(
-            windows,
-            markers,
-            [gold.id for gold in golds],
-            context_of,
-            support_threshold=self.support_threshold,
-            single_support=self.single_support,
-            use_answerability=self.answerability_head,
-            use_answer_type=self.answer_type_head,
-        )
+        return decode_predictions(windows, markers, [gold.id for gold in golds], context_of, **self._decoding())
+
+    def decode_questions(
+        self, windows: torch.Tensor, markers: torch.Tensor, count: int, context_of: Callable[[int], str]
+    ) -> list[DecodedQuestion]:
+        """Rows 0..`count`-1 decoded with their confidences and support probabilities (Step Execution's steps)."""
+        return decode_questions(windows, markers, count, context_of, **self._decoding())
+
+    def _decoding(self) -> dict[str, Any]:
+        return {
+            "support_threshold": self.support_threshold,
+            "single_support": self.single_support,
+            "use_answerability": self.answerability_head,
+            "use_answer_type": self.answer_type_head,
+        }
 
 
 def _masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Pretrained (or random tiny) encoders and their fast tokenizers, from the hub, an installed package, or a config.
+"""Pretrained (or random tiny) encoders, seq2seq models and their fast tokenizers, from the hub, an installed
+package, or a config.
 
 `source` says where the weights come from:
 - `package`: a standard HF folder shipped inside an installed Python distribution (e.g. all-MiniLM-L6-v2 in the
@@ -10,6 +11,8 @@
   (default: that of `tokenizer_from`'s checkpoint).
 - `converted`: the backbone `convert_from` turned into a Longformer with `max_length` positions and an
   `attention_window` (`musique_models.models.long_context`), built into `path` on first use and reused.
+- `bert2bert` (seq2seq only, `load_seq2seq`): an encoder-decoder warm-started from the encoder `convert_from` on
+  both sides (Rothe et al., 2020): encoder and decoder weights copied from it, cross-attention new; its tokenizer.
 """
 
 from __future__ import annotations
@@ -23,7 +26,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    EncoderDecoderModel,
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from musique_models.errors import MusiqueModelsError
 from musique_models.features.context import PARAGRAPH_MARKER
@@ -80,8 +92,12 @@ class BackboneSpec:
             return str(
                 ensure_converted(self.convert_from.model_dir(), self.path, self.max_length, self.attention_window)
             )
+        if self.source == "bert2bert":
+            if self.convert_from is None:
+                raise BackboneError(f"backbone {self.name!r}: source=bert2bert needs convert_from")
+            return self.convert_from.model_dir()
         raise BackboneError(
-            f"backbone {self.name!r}: unknown source {self.source!r} (hub, package, random or converted)"
+            f"backbone {self.name!r}: unknown source {self.source!r} (hub, package, random, converted or bert2bert)"
         )
 
 
@@ -173,5 +189,55 @@ def load_encoder(spec: BackboneSpec, vocab_size: int) -> PreTrainedModel:
         model.resize_token_embeddings(vocab_size)
     if getattr(model, "pooler", None) is not None:
         model.pooler = None  # heads read token states; an unused pooler would also stall DDP's gradient sync
+    # from_pretrained returns the model in eval mode, and Lightning keeps submodules' modes: train with dropout
+    return model.train()
+
+
+def _generation_token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
+    """The ids a seq2seq model generates with: it starts from the tokenizer's start token (`<s>`, or `[CLS]` for
+    a WordPiece tokenizer) and stops at its end token (`</s>`, or `[SEP]`)."""
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+    end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    if start is None or end is None or tokenizer.pad_token_id is None:
+        raise BackboneError(f"tokenizer {tokenizer.name_or_path!r} lacks a start (bos/cls), end (eos/sep) or pad token")
+    return {
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": start,
+        "decoder_start_token_id": start,
+        "eos_token_id": end,
+    }
+
+
+def load_seq2seq(spec: BackboneSpec, vocab_size: int, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    """An encoder-decoder (BART from the hub, a random tiny one, or a bert2bert warm-started from an encoder), its
+    embeddings resized to `vocab_size`, generating from `tokenizer`'s start token to its end token.
+
+    The generation settings hold these token ids and nothing else: a checkpoint's own (BART's
+    `no_repeat_ngram_size`, `forced_bos_token_id`, ...) are dropped, as the official AllenNLP beam search has none.
+    """
+    token_ids = _generation_token_ids(tokenizer)
+    if spec.source == "random":
+        if not spec.model_type:
+            raise BackboneError(f"backbone {spec.name!r}: a random seq2seq backbone needs model_type (e.g. bart)")
+        config = AutoConfig.for_model(
+            spec.model_type, **{"vocab_size": vocab_size, **spec.config_overrides, **token_ids}
+        )
+        model = AutoModelForSeq2SeqLM.from_config(config)
+    elif spec.source == "bert2bert":
+        model_dir = spec.model_dir()
+        with _explained_hub_errors(spec.convert_from):
+            model = EncoderDecoderModel.from_encoder_decoder_pretrained(model_dir, model_dir)
+        if getattr(model.encoder, "pooler", None) is not None:
+            model.encoder.pooler = None  # unused by the decoder; would also stall DDP's gradient sync
+    else:
+        with _explained_hub_errors(spec):
+            model = AutoModelForSeq2SeqLM.from_pretrained(spec.model_dir(), **spec.config_overrides)
+    halves = [model.encoder, model.decoder] if isinstance(model, EncoderDecoderModel) else [model]
+    for half in halves:  # EncoderDecoderModel cannot resize both halves itself
+        if half.get_input_embeddings().num_embeddings != vocab_size:
+            half.resize_token_embeddings(vocab_size)
+    for name, value in token_ids.items():
+        setattr(model.config, name, value)
+    model.generation_config = GenerationConfig(**token_ids)
     # from_pretrained returns the model in eval mode, and Lightning keeps submodules' modes: train with dropout
     return model.train()

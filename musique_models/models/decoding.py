@@ -4,13 +4,15 @@ Each window contributes its best answer span (the highest start + end logit over
 searched exhaustively, optionally at most `max_answer_tokens` long), the support probability of each paragraph
 marker it holds, an answerability probability and answer-type probabilities. Per question: the best-scoring span
 over all windows (its text is the exact context substring), each paragraph's highest support probability, and the
-mean answerability and answer-type probabilities.
+mean answerability and answer-type probabilities. A span's confidence is its probability in its window: the
+start token's softmax probability times the end token's, each over the window's context tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,6 +27,7 @@ WINDOW_COLUMNS = (
     "span_score",
     "char_start",
     "char_end",
+    "span_prob",
     "answerable_prob",
     "type_span",
     "type_yes",
@@ -93,10 +96,14 @@ def window_outputs(
         outputs["start_logits"].float(), outputs["end_logits"].float(), offsets, max_answer_tokens
     )
     rows = torch.arange(len(start), device=start.device)
+    in_context = offsets[..., 0] >= 0  # (W, T)
+    start_log_probs = torch.log_softmax(outputs["start_logits"].double().masked_fill(~in_context, -1e30), dim=-1)
+    end_log_probs = torch.log_softmax(outputs["end_logits"].double().masked_fill(~in_context, -1e30), dim=-1)
+    span_prob = (start_log_probs[rows, start] + end_log_probs[rows, end]).exp()  # (W,)
     char_start = offsets[rows, start, 0].double()
     char_end = offsets[rows, end, 1].double()
     no_span = torch.isinf(score)  # a window with no context token
-    char_start[no_span], char_end[no_span] = -1, -1
+    char_start[no_span], char_end[no_span], span_prob[no_span] = -1, -1, 0.0
     answerable = torch.sigmoid(outputs["answerable_logit"].float()).double()
     types = torch.softmax(outputs["type_logits"].float(), dim=-1).double()
     windows = torch.stack(
@@ -106,6 +113,7 @@ def window_outputs(
             score.double().nan_to_num(neginf=-1e30),
             char_start,
             char_end,
+            span_prob,
             answerable,
             types[:, 0],
             types[:, 1],
@@ -134,37 +142,58 @@ def window_outputs(
 
 @dataclass
 class _Question:
-    span: tuple[float, int, int] = (float("-inf"), -1, -1)
+    span: tuple[float, int, int, float] = (float("-inf"), -1, -1, 0.0)
     answerable: list[float] = field(default_factory=list)
     types: list[list[float]] = field(default_factory=list)
     support: dict[int, float] = field(default_factory=dict)
 
 
-def decode_predictions(
+@dataclass
+class DecodedQuestion:
+    """One question decoded from the gathered tables: its answer and how sure the reader is of it.
+
+    `confidence`: the probability of the decoded span (see the module docstring; 0 without a span).
+    `support_probs`: paragraph idx -> support probability. `top_paragraph`: the most probable paragraph (None when
+    the reader saw none). `answerable_prob`: the mean answerability probability over the question's windows."""
+
+    answer: str
+    confidence: float
+    support: list[int]
+    support_probs: dict[int, float]
+    answerable: bool
+    answerable_prob: float
+
+    @property
+    def top_paragraph(self) -> int | None:
+        return max(self.support_probs, key=self.support_probs.__getitem__) if self.support_probs else None
+
+
+def decode_questions(
     windows: torch.Tensor,
     markers: torch.Tensor,
-    example_ids: Sequence[str],
+    count: int,
     context_of: Callable[[int], str],
     *,
     support_threshold: float = 0.5,
     use_answerability: bool = False,
     use_answer_type: bool = False,
     single_support: bool = False,
-) -> list[Prediction]:
-    """One prediction per example row (rows 0..len(example_ids)-1, in order) from the gathered tables.
+) -> list[DecodedQuestion]:
+    """One `DecodedQuestion` per example row 0..`count`-1, in order, from the gathered tables.
 
     Supporting paragraphs: those whose probability exceeds `support_threshold`, or with `single_support` the
-    most probable one. Repeated windows (DDP padding) are dropped by `feature_row`. `context_of(row)` rebuilds a row's context.
+    most probable one. Repeated windows (DDP padding) are dropped by `feature_row`. `context_of(row)` rebuilds a
+    row's context.
     """
-    questions = [_Question() for _ in example_ids]
+    questions = [_Question() for _ in range(count)]
     seen: set[int] = set()
-    for feature, row, score, char_start, char_end, answerable, *types in windows.tolist():
+    for feature, row, score, char_start, char_end, span_prob, answerable, *types in windows.tolist():
         if int(feature) in seen:
             continue
         seen.add(int(feature))
         question = questions[int(row)]
         if char_start >= 0 and score > question.span[0]:
-            question.span = (score, int(char_start), int(char_end))
+            question.span = (score, int(char_start), int(char_end), span_prob)
         question.answerable.append(answerable)
         question.types.append(types)
     seen_markers: set[tuple[int, int]] = set()
@@ -175,24 +204,42 @@ def decode_predictions(
         seen_markers.add(key)
         support = questions[int(row)].support
         support[int(idx)] = max(probability, support.get(int(idx), 0.0))
-    predictions = []
-    for row, (question_id, question) in enumerate(zip(example_ids, questions)):
-        _, char_start, char_end = question.span
+    decoded = []
+    for row, question in enumerate(questions):
+        _, char_start, char_end, confidence = question.span
         answer = context_of(row)[char_start:char_end] if char_start >= 0 else ""
         if use_answer_type and question.types:
             mean_types = [sum(column) / len(question.types) for column in zip(*question.types)]
             chosen = max(range(len(ANSWER_TYPES)), key=mean_types.__getitem__)
-            answer = answer if chosen == 0 else ANSWER_TYPES[chosen]
-        answerable = True
-        if use_answerability and question.answerable:
-            answerable = sum(question.answerable) / len(question.answerable) > 0.5
+            if chosen != 0:
+                answer, confidence = ANSWER_TYPES[chosen], mean_types[chosen]
+        answerable_prob = sum(question.answerable) / len(question.answerable) if question.answerable else 1.0
+        answerable = answerable_prob > 0.5 if use_answerability else True
         if single_support:
             support = [max(question.support, key=question.support.__getitem__)] if question.support else []
         else:
             support = sorted(idx for idx, probability in question.support.items() if probability > support_threshold)
-        predictions.append(
-            Prediction(
-                id=question_id, predicted_answer=answer, predicted_support_idxs=support, predicted_answerable=answerable
-            )
+        decoded.append(DecodedQuestion(answer, confidence, support, question.support, answerable, answerable_prob))
+    return decoded
+
+
+def decode_predictions(
+    windows: torch.Tensor,
+    markers: torch.Tensor,
+    example_ids: Sequence[str],
+    context_of: Callable[[int], str],
+    **settings: Any,
+) -> list[Prediction]:
+    """One official prediction per example row (rows 0..len(example_ids)-1, in order) from the gathered tables;
+    `settings` as `decode_questions`."""
+    return [
+        Prediction(
+            id=question_id,
+            predicted_answer=question.answer,
+            predicted_support_idxs=question.support,
+            predicted_answerable=question.answerable,
         )
-    return predictions
+        for question_id, question in zip(
+            example_ids, decode_questions(windows, markers, len(example_ids), context_of, **settings)
+        )
+    ]

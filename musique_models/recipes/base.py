@@ -26,6 +26,8 @@ class RunContext:
     eval_golds: list[GoldInstance]
     run_dir: Path
     loggers: list[Logger]
+    # whether the evaluation split's unanswerable rows come in twins (MuSiQue-Full), scored with paired metrics
+    eval_paired: bool = True
 
     @property
     def has_unanswerable(self) -> bool:
@@ -36,8 +38,15 @@ class RunContext:
 @runtime_checkable
 class Recipe(Protocol):
     """What `model=<name>` instantiates: `run` trains every stage and returns one official prediction per row of
-    the evaluation split, in order."""
+    the evaluation split, in order (None for a recipe that predicts no answers: the decomposer alone, whose
+    `extra_metrics` are the run's metrics)."""
 
     name: str
 
-    def run(self, context: RunContext) -> list[Prediction]: ...
+    def run(self, context: RunContext) -> list[Prediction] | None: ...
+
+
+def extra_metrics(recipe: Recipe) -> dict[str, float]:
+    """What a recipe adds to `metrics.json` beside the evaluator's keys (its `extra_metrics` attribute, if any:
+    Step Execution's `invalid_decompositions`)."""
+    return dict(getattr(recipe, "extra_metrics", None) or {})

@@ -14,14 +14,15 @@ from omegaconf import DictConfig
 
 from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
-from musique_models.features.context import ContextBuilder
 from musique_models.features.end2end import featurize_end2end
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.end2end import End2EndReader
 from musique_models.recipes.base import RunContext
 from musique_models.recipes.reader import (
     YES_NO_MODES,
-    fit_and_predict_reader,
+    FittedReader,
+    fit_reader,
+    predict_reader,
     reader_kwargs,
     single_input_settings,
     yes_no_setup,
@@ -55,16 +56,23 @@ class End2End:
         self.num_workers = num_workers
 
     def run(self, context: RunContext) -> list[Prediction]:
+        fitted, data, eval_table = self.fit(context)
+        return predict_reader(fitted.reader, data, context, fitted.context_builder(eval_table))
+
+    def fit(self, context: RunContext, name: str | None = None) -> tuple[FittedReader, QADataModule, datasets.Dataset]:
+        """Fit the reader as stage `name` (the recipe's name by default) on `context`'s splits. Returns the best reader with what featurises for it, its datamodule and
+        the evaluation split with `selected_idxs` (every paragraph in dataset order)."""
         cfg = context.cfg
+        name = name or self.name
         backbone: BackboneSpec = instantiate(self.reader_cfg.backbone)
         tokenizer = load_tokenizer(backbone)
         include_title = bool(cfg.dataset.get("include_title", False))
         prefix, answer_type_head = yes_no_setup(cfg, self.yes_no)
         settings = single_input_settings(self.reader_cfg, backbone, include_title, prefix, self.empty_question)
         cache = f"{cfg.paths.cache_dir}/features"
-        train_table, eval_table = _in_dataset_order(context.train), _in_dataset_order(context.evaluation)
-        train_rows = featurize(train_table, featurize_end2end, tokenizer, cache, f"{self.name}-train", **settings)
-        eval_rows = featurize(eval_table, featurize_end2end, tokenizer, cache, f"{self.name}-eval", **settings)
+        train_table, eval_table = in_dataset_order(context.train), in_dataset_order(context.evaluation)
+        train_rows = featurize(train_table, featurize_end2end, tokenizer, cache, f"{name}-train", **settings)
+        eval_rows = featurize(eval_table, featurize_end2end, tokenizer, cache, f"{name}-eval", **settings)
         reader = End2EndReader(
             backbone,
             len(tokenizer),
@@ -83,12 +91,12 @@ class End2End:
             num_workers=self.num_workers,
             seed=cfg.seed,
         )
-        return fit_and_predict_reader(
-            self.name, reader, data, context, self.reader_cfg, ContextBuilder(eval_table, include_title, prefix)
-        )
+        fitted = FittedReader(reader, tokenizer, featurize_end2end, settings, include_title, prefix)
+        fitted.reader = fit_reader(name, reader, data, context, self.reader_cfg, fitted.context_builder(eval_table))
+        return fitted, data, eval_table
 
 
-def _in_dataset_order(table: datasets.Dataset) -> datasets.Dataset:
+def in_dataset_order(table: datasets.Dataset) -> datasets.Dataset:
     """The table with `selected_idxs` = every paragraph in dataset order (EE reads them all)."""
     return table.add_column(
         "selected_idxs", [[paragraph["idx"] for paragraph in paragraphs] for paragraphs in table["paragraphs"]]

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import datasets
 import torch
 from omegaconf import DictConfig
 
 from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
-from musique_models.features.context import YES_NO_PREFIX
+from musique_models.features.context import YES_NO_PREFIX, ContextBuilder
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec
 from musique_models.recipes.base import RunContext
@@ -18,6 +20,23 @@ from musique_models.training.datamodule import QADataModule
 from musique_models.training.stage import predict, run_stage
 
 YES_NO_MODES = ("prefix", "head")
+
+
+@dataclass
+class FittedReader:
+    """A trained reader with the tokenizer, featuriser and settings that feed it (`featurize(table, featurizer,
+    tokenizer, ..., **settings)` on a table with `selected_idxs`)."""
+
+    reader: MultiParagraphAnswerer
+    tokenizer: Any
+    featurizer: Callable[..., Any]
+    settings: dict[str, Any]
+    include_title: bool
+    prefix: str
+
+    def context_builder(self, table: datasets.Dataset) -> ContextBuilder:
+        """Rebuilds the context the reader read for each row of `table`."""
+        return ContextBuilder(table, self.include_title, self.prefix)
 
 
 def yes_no_setup(cfg: DictConfig, mode: str) -> tuple[str, bool]:
@@ -55,30 +74,40 @@ def reader_kwargs(stage_cfg: DictConfig) -> dict[str, Any]:
     }
 
 
-def reader_monitor(answerability: bool) -> str:
+def reader_monitor(answerability: bool, paired: bool = True) -> str:
     """The metric a reader's best checkpoint and early stopping follow, the official configs' `validation_metric`:
-    answer F1 (`+answer_text_f1`), or with unanswerable questions the paired An+Sf F1 (`+answer_sufficiency_f1`)."""
-    return "val/group_answer_sufficiency_f1" if answerability else "val/answer_f1"
+    answer F1 (`+answer_text_f1`), with unanswerable questions in twins the paired An+Sf F1
+    (`+answer_sufficiency_f1`), with unpaired unanswerable questions (single-hop) the mean of answer and
+    answerability F1 (`+avg_answer_answerability_f1`)."""
+    if not answerability:
+        return "val/answer_f1"
+    return "val/group_answer_sufficiency_f1" if paired else "val/avg_answer_sufficiency_f1"
 
 
-def fit_and_predict_reader(
+def fit_reader(
     name: str,
     reader: MultiParagraphAnswerer,
     data: QADataModule,
     context: RunContext,
     stage_cfg: DictConfig,
     context_of: Callable[[int], str],
-) -> list[Prediction]:
-    """Fit `reader` as stage `name` (validated with the evaluator's metrics: answer F1, or the paired An+Sf F1
-    when the data has unanswerable questions), then predict the evaluation split with the best checkpoint and
-    decode one official prediction per question. `context_of(row)` rebuilds an evaluation row's context."""
-    reader.eval_golds, reader.eval_context_of = context.eval_golds, context_of
-    monitor = reader_monitor(reader.answerability_head)
+) -> MultiParagraphAnswerer:
+    """Fit `reader` as stage `name`, validated with the evaluator's metrics on `context`'s evaluation split (see
+    `reader_monitor`; `context_of(row)` rebuilds an evaluation row's context); return the best checkpoint's reader
+    (on the CPU)."""
+    reader.eval_golds, reader.eval_context_of, reader.eval_paired = context.eval_golds, context_of, context.eval_paired
+    monitor = reader_monitor(reader.answerability_head, context.eval_paired)
     result = run_stage(
         name, reader, data, context.cfg, stage_cfg, context.run_dir, monitor=monitor, shared_loggers=context.loggers
     )
-    best = type(reader).load_from_checkpoint(result.best_checkpoint, map_location="cpu")
-    outputs = predict(best, data, context.cfg)
+    return type(reader).load_from_checkpoint(result.best_checkpoint, map_location="cpu")
+
+
+def predict_reader(
+    reader: MultiParagraphAnswerer, data: QADataModule, context: RunContext, context_of: Callable[[int], str]
+) -> list[Prediction]:
+    """Predict the datamodule's evaluation split with `reader` and decode one official prediction per question."""
+    outputs = predict(reader, data, context.cfg)
     windows = torch.cat([output[0] for output in outputs])
     markers = torch.cat([output[1] for output in outputs])
-    return best.decode(windows, markers, context.eval_golds, context_of)
+    return reader.decode(windows, markers, context.eval_golds, context_of)

@@ -9,6 +9,7 @@ reused with `model.selector_checkpoint=PATH`.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import datasets
@@ -30,7 +31,9 @@ from musique_models.models.selector import ParagraphSelector, RankingMetric, loa
 from musique_models.recipes.base import RunContext
 from musique_models.recipes.reader import (
     YES_NO_MODES,
-    fit_and_predict_reader,
+    FittedReader,
+    fit_reader,
+    predict_reader,
     reader_kwargs,
     single_input_settings,
     yes_no_setup,
@@ -44,6 +47,17 @@ log = logging.getLogger(__name__)
 # The selector's best checkpoint and early stopping follow its rank F1, as the official `+rank_f1`.
 SELECTOR_MONITOR = "val/rank_f1"
 ANSWERER_INPUTS = ("auto", "single", "windows")
+
+
+@dataclass
+class FittedSelectAnswer:
+    """A trained selector (with its tokenizer and featuriser settings) and the answerer that reads its top K."""
+
+    selector: ParagraphSelector
+    selector_tokenizer: Any
+    selector_settings: dict[str, Any]
+    top_k: int
+    answerer: FittedReader
 
 
 class SelectAnswer:
@@ -101,6 +115,19 @@ class SelectAnswer:
         )
 
     def run(self, context: RunContext) -> list[Prediction]:
+        fitted, answerer_data, eval_table = self.fit(context)
+        return predict_reader(
+            fitted.answerer.reader, answerer_data, context, fitted.answerer.context_builder(eval_table)
+        )
+
+    def fit(
+        self, context: RunContext, stage_prefix: str = ""
+    ) -> tuple[FittedSelectAnswer, QADataModule, datasets.Dataset]:
+        """Fit both stages (named `<stage_prefix>selector` and `<stage_prefix>answerer`) on `context`'s splits.
+
+        Returns the best selector and answerer with what featurises for them, the answerer's datamodule (its
+        evaluation rows: the evaluation split's top K by the selector) and the evaluation split with its
+        `selected_idxs`."""
         cfg, run_dir = context.cfg, context.run_dir
         # a reused selector brings its own backbone (its tokenizer must featurise the pairs it scores)
         reused = load_selector(self.selector_checkpoint) if self.selector_checkpoint else None
@@ -112,14 +139,15 @@ class SelectAnswer:
         # the text's tokens; the special tokens come on top, within the backbone's positions
         room = selector_backbone.max_length - tokenizer.num_special_tokens_to_add(pair=False)
         selector_settings = {"max_length": min(self.selector_cfg.max_length, room)}
+        selector_stage = f"{stage_prefix}selector"
 
         # Stage 1: the selector, trained on balanced pairs (each question's gold paragraphs and as many negatives,
         # drawn afresh every epoch; a batch is `micro_batch_size` questions), validated on every paragraph.
         train_pairs = featurize(
-            context.train, featurize_selector, tokenizer, cache, "selector-train", **selector_settings
+            context.train, featurize_selector, tokenizer, cache, f"{selector_stage}-train", **selector_settings
         )
         eval_pairs = featurize(
-            context.evaluation, featurize_selector, tokenizer, cache, "selector-eval", **selector_settings
+            context.evaluation, featurize_selector, tokenizer, cache, f"{selector_stage}-eval", **selector_settings
         )
         if reused is not None:
             selector = reused
@@ -138,7 +166,7 @@ class SelectAnswer:
                 self.selector_cfg, tokenizer, cfg.seed, train_pairs, eval_pairs, train_subset=balanced
             )
             result = run_stage(
-                "selector",
+                selector_stage,
                 selector,
                 selector_data,
                 cfg,
@@ -164,15 +192,16 @@ class SelectAnswer:
             ranking_metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
             metrics = {name: float(value) for name, value in ranking_metric.compute().items()}
             write_json(
-                run_dir / "selector" / f"ranking_{split}.json",
+                run_dir / selector_stage / f"ranking_{split}.json",
                 {"top_k": self.top_k, "metrics": metrics, "rankings": [rankings[row] for row in range(len(table))]},
             )
             if split == "eval":
                 for logger in context.loggers:
-                    logger.log_metrics({f"selector/test/{name}": value for name, value in metrics.items()})
-                log.info("selector on the evaluation split: %s", metrics)
+                    logger.log_metrics({f"{selector_stage}/test/{name}": value for name, value in metrics.items()})
+                log.info("%s on the evaluation split: %s", selector_stage, metrics)
 
         # Stage 2: the answerer, on the selector's own top-K.
+        selector_tokenizer = tokenizer
         if answerer_backbone != selector_backbone:
             tokenizer = load_tokenizer(answerer_backbone)
         train_table = context.train.add_column("selected_idxs", selected["train"])
@@ -202,17 +231,28 @@ class SelectAnswer:
                 "prefix": prefix,
             }
             answerer = MultiParagraphAnswerer(answerer_backbone, len(tokenizer), **heads)
-        train_rows = featurize(train_table, featurizer, tokenizer, cache, "answerer-train", **answerer_settings)
-        eval_rows = featurize(eval_table, featurizer, tokenizer, cache, "answerer-eval", **answerer_settings)
+        answerer_stage = f"{stage_prefix}answerer"
+        train_rows = featurize(
+            train_table, featurizer, tokenizer, cache, f"{answerer_stage}-train", **answerer_settings
+        )
+        eval_rows = featurize(eval_table, featurizer, tokenizer, cache, f"{answerer_stage}-eval", **answerer_settings)
         answerer_data = self._datamodule(self.answerer_cfg, tokenizer, cfg.seed, train_rows, eval_rows)
-        return fit_and_predict_reader(
-            "answerer",
+        best = fit_reader(
+            answerer_stage,
             answerer,
             answerer_data,
             context,
             self.answerer_cfg,
             ContextBuilder(eval_table, include_title, prefix),
         )
+        fitted = FittedSelectAnswer(
+            selector=selector,
+            selector_tokenizer=selector_tokenizer,
+            selector_settings=selector_settings,
+            top_k=self.top_k,
+            answerer=FittedReader(best, tokenizer, featurizer, answerer_settings, include_title, prefix),
+        )
+        return fitted, answerer_data, eval_table
 
     def _single_input(self, backbone: BackboneSpec) -> bool:
         """Whether the answerer reads its top K as one input (see the class docstring)."""

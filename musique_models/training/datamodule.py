@@ -25,7 +25,7 @@ def featurize(
     table: datasets.Dataset,
     function: Callable[..., dict[str, Any]],
     tokenizer: PreTrainedTokenizerFast,
-    cache_dir: str | Path,
+    cache_dir: str | Path | None,
     name: str,
     batch_size: int = 256,
     features: datasets.Features | None = None,
@@ -34,7 +34,20 @@ def featurize(
     """`table.map(function, batched=True)` cached on disk, keyed by the input's fingerprint, the tokenizer,
     the function, its settings and the source code of the featurisers (an edited featuriser never reuses stale
     features). Declared `features` spare `datasets` inferring the column types of every
-    batch."""
+    batch. `cache_dir=None` featurises in memory, uncached (tables that live for one prediction: a Step Execution
+    hop)."""
+    if cache_dir is None:
+        return table.map(
+            function,
+            batched=True,
+            batch_size=batch_size,
+            with_indices=True,
+            remove_columns=table.column_names,
+            fn_kwargs={"tokenizer": tokenizer, **settings},
+            keep_in_memory=True,
+            load_from_cache_file=False,
+            features=features or getattr(function, "output_features", None),
+        )
     key = json.dumps(
         {
             "input": table._fingerprint,

@@ -26,6 +26,7 @@ PAD_VALUES = {
     "marker_positions": 0,
     "marker_paragraph_idx": -1,
     "support_labels": 0.0,
+    "labels": -100,  # decoder targets: -100 is ignored by the loss
 }
 FLOAT_COLUMNS = {"support_labels", "label"}
 

@@ -86,15 +86,24 @@ def lightning_trainer_kwargs(cfg: DictConfig) -> dict[str, Any]:
 def build_trainer(
     cfg: DictConfig, stage_cfg: DictConfig, callbacks: list[pl.Callback], loggers: list[Logger], stage_dir: Path
 ) -> pl.Trainer:
-    """The Trainer of `cfg.trainer` with this stage's epochs, gradient accumulation and validation interval
-    (`validate: false` in the stage config: no validation at all)."""
+    """The Trainer of `cfg.trainer` with this stage's epochs, gradient accumulation, validation interval and
+    gradient clipping (`validate: false` in the stage config: no validation at all; `batches_per_epoch`: epochs of
+    that many optimizer steps, the official `batches_per_epoch`)."""
     overrides: dict[str, Any] = {
         key: stage_cfg[key]
-        for key in ("max_epochs", "accumulate_grad_batches", "check_val_every_n_epoch")
+        for key in (
+            "max_epochs",
+            "accumulate_grad_batches",
+            "check_val_every_n_epoch",
+            "gradient_clip_algorithm",
+            "gradient_clip_val",
+        )
         if stage_cfg.get(key)
     }
     if not stage_cfg.get("validate", True):
         overrides["limit_val_batches"] = 0
+    if stage_cfg.get("batches_per_epoch"):
+        overrides["limit_train_batches"] = stage_cfg.batches_per_epoch * (stage_cfg.get("accumulate_grad_batches") or 1)
     return instantiate(
         lightning_trainer_kwargs(cfg),
         callbacks=callbacks,

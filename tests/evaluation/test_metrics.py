@@ -117,6 +117,22 @@ def test_paired_metrics_need_two_rows_per_id() -> None:
         aggregate([_result(0, "A", 2, True, True, 1, 1), _result(1, "B", 2, False, False, 0, 0)])
 
 
+def test_unpaired_unanswerable_rows_get_answerability_and_the_official_average_not_paired_metrics() -> None:
+    # single-hop questions: unanswerable rows without twins (the ids need not pair)
+    results = [
+        _result(0, "A/1", 1, True, True, 0.5, 1.0),
+        _result(1, "A/2", 1, False, False, 0.0, 0.0),
+        _result(2, "B/1", 1, True, False, 1.0, 1.0),
+    ]
+    metrics = aggregate(results, paired=False)
+    assert metrics["answer_f1"] == 0.75 and metrics["sufficiency_accuracy"] == pytest.approx(2 / 3)
+    assert metrics["sufficiency_f1"] == pytest.approx(2 / 3)  # tp 1, predicted positive 1, gold positive 2
+    assert metrics["avg_answer_sufficiency_f1"] == pytest.approx((0.75 + 2 / 3) / 2)
+    assert not any(name.startswith("group_") for name in metrics)
+    with pytest.raises(ValueError, match="one answerable and one unanswerable"):
+        aggregate(results)  # paired (the default) refuses them
+
+
 def test_dire_probe_choice_min_with_original_and_joint() -> None:
     original_answer, original_support = answer_scores("Paris", ["Paris"]), support_scores([3, 7], [3, 7])
     # probe 0 is more confident and wrong: the probe answer is its answer

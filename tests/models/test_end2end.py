@@ -19,7 +19,7 @@ from musique_models.features.end2end import featurize_end2end, shared_cap
 from musique_models.models.backbone import BackboneError, load_tokenizer
 from musique_models.models.decoding import decode_predictions, window_outputs
 from musique_models.models.end2end import End2EndReader
-from musique_models.recipes.end2end import End2End, _in_dataset_order
+from musique_models.recipes.end2end import End2End, in_dataset_order
 from musique_models.training.datamodule import featurize
 from musique_models.training.loaders import PaddingCollator
 from tests.conftest import DATASET_CONFIGS, SAMPLES
@@ -53,7 +53,7 @@ def _table(tmp_path: Path, relative: str, data_format: str, rows: int, shuffle_p
         rng = random.Random(0)
         shuffled = [rng.sample(paragraphs, len(paragraphs)) for paragraphs in table["paragraphs"]]
         table = table.remove_columns("paragraphs").add_column("paragraphs", shuffled)
-    return _in_dataset_order(table)
+    return in_dataset_order(table)
 
 
 def _rows(tokenizer, table, tmp_path: Path, **settings):

@@ -30,7 +30,13 @@ from musique_models.features.selector import featurize_selector
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import load_tokenizer
 from musique_models.models.base import slanted_triangular
-from musique_models.models.decoding import best_spans, decode_predictions, window_outputs
+from musique_models.models.decoding import (
+    WINDOW_COLUMNS,
+    best_spans,
+    decode_predictions,
+    decode_questions,
+    window_outputs,
+)
 from musique_models.training.datamodule import featurize
 from musique_models.training.loaders import BalancedNegatives, BucketBatchSampler, PaddingCollator
 from tests.conftest import SAMPLES
@@ -162,6 +168,23 @@ def test_decoded_answers_are_exact_context_substrings(tokenizer, tmp_path: Path)
         context_of,
     )
     assert repeated == predictions
+    # each question's confidence is its decoded span's probability: start x end softmax over the context tokens
+    decoded = decode_questions(window_table, marker_table, len(table), context_of)
+    assert [question.answer for question in decoded] == [p.predicted_answer for p in predictions]
+    for window in range(len(start)):
+        starts = outputs["start_logits"][window].double().masked_fill(~in_context[window], float("-inf"))
+        ends = outputs["end_logits"][window].double().masked_fill(~in_context[window], float("-inf"))
+        expected = (starts.softmax(-1)[start[window]] * ends.softmax(-1)[end[window]]).item()
+        assert window_table[window, WINDOW_COLUMNS.index("span_prob")].item() == pytest.approx(expected, rel=1e-9)
+    best = {}
+    for window in range(len(start)):
+        row = int(batch["example_row"][window])
+        if row not in best or score[window] > score[best[row]]:
+            best[row] = window
+    for row, question in enumerate(decoded):
+        assert question.confidence == window_table[best[row], WINDOW_COLUMNS.index("span_prob")].item()
+        assert 0.0 < question.confidence <= 1.0
+        assert question.top_paragraph == max(question.support_probs, key=question.support_probs.get)
 
 
 def test_selector_pairs_complete_and_balanced_afresh_each_epoch(tokenizer, tmp_path: Path) -> None:

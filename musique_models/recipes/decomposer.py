@@ -1,0 +1,186 @@
+"""The question decomposer stage (`model=decomposer`, and the first stage of `model=step_execution`): a seq2seq
+model that rewrites a multihop question into single-hop steps in the official step-token format
+(`musique_models.features.decomposition`).
+
+Trained on each training question's gold decomposition, validated on BLEU over token ids (the official
+`+BLEU`) and exact match; its best checkpoint then decomposes the evaluation split's questions (beam search), once
+per question id, into `decompositions.jsonl` in the run folder. `model=decomposer` stops there: the run's
+`metrics.json` holds the decomposer's BLEU and exact match on the evaluation split, and no answers are predicted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from musique_models.errors import ConfigValueError
+from musique_models.features.decomposer import featurize_decomposer
+from musique_models.features.decomposition import ParsedDecomposition, decomposition_text, parse_decomposition
+from musique_models.io import write_jsonl
+from musique_models.models.backbone import BackboneSpec
+from musique_models.models.decomposer import QuestionDecomposer, decomposition_scores, load_decomposer_tokenizer
+from musique_models.recipes.base import RunContext
+from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.training.inference import BatchPredictor
+from musique_models.training.stage import run_stage
+
+log = logging.getLogger(__name__)
+
+DECOMPOSER_MONITOR = "val/bleu"
+DECOMPOSITIONS_FILE = "decompositions.jsonl"
+
+
+def require_decompositions(context: RunContext, model_name: str) -> None:
+    """Refuse a dataset without decompositions (HotpotQA) in one line."""
+    if not any(len(steps) for steps in context.train["decomposition"]):
+        raise ConfigValueError(
+            f"model={model_name} needs question decompositions, and {context.source.display_name} has none: "
+            "use dataset=musique_ans, musique_full or 2wiki_20k"
+        )
+
+
+@dataclass
+class FittedDecomposer:
+    """A trained decomposer and the tokenizer (with the ten step tokens) that feeds it."""
+
+    module: QuestionDecomposer
+    tokenizer: Any
+    settings: dict[str, Any]
+
+    def decompose(self, table: datasets.Dataset, cfg: DictConfig, batch_size: int) -> list[str]:
+        """The generated decomposition text of every row of `table` (beam search, `num_beams` of the module)."""
+        rows = featurize(table, featurize_decomposer, self.tokenizer, None, "decompose", **self.settings)
+        outputs = BatchPredictor(self.module, self.tokenizer, cfg, batch_size).outputs(rows)
+        texts = [""] * len(table)
+        for output in outputs:
+            decoded = self.tokenizer.batch_decode(output["ids"], skip_special_tokens=True)
+            for row, text in zip(output["example_row"].tolist(), decoded):
+                texts[row] = text
+        return texts
+
+
+class Decomposer:
+    """`model=decomposer`: fit the decomposer, decompose the evaluation split, score it (see the module
+    docstring). `decomposer` holds the stage settings; `decomposer_checkpoint` reuses a trained one."""
+
+    def __init__(
+        self,
+        decomposer: DictConfig,
+        decomposer_checkpoint: str | None = None,
+        eval_batch_size: int = 16,
+        num_workers: int = 0,
+        name: str = "decomposer",
+    ) -> None:
+        self.name = name
+        self.decomposer_cfg = decomposer
+        self.decomposer_checkpoint = decomposer_checkpoint
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.extra_metrics: dict[str, float] = {}
+
+    def run(self, context: RunContext) -> None:
+        require_decompositions(context, self.name)
+        fitted = self.fit(context)
+        texts, parsed = self.decompose(fitted, context)
+        gold = dict(zip(context.evaluation["id"], context.evaluation["decomposition"]))
+        self.extra_metrics = {
+            **decomposer_metrics(
+                fitted, list(texts.values()), [[step["question"] for step in gold[key]] for key in texts]
+            ),
+            "invalid_decompositions": float(sum(decomposition.invalid for decomposition in parsed.values())),
+        }
+        log.info("decomposer on the evaluation split: %s", self.extra_metrics)
+        return None
+
+    def fit(self, context: RunContext) -> FittedDecomposer:
+        """The decomposer trained as stage `decomposer` on `context`'s training questions (validated on its
+        evaluation questions), or the one `decomposer_checkpoint` names."""
+        cfg = self.decomposer_cfg
+        settings = {"max_source_tokens": cfg.max_source_tokens, "max_target_tokens": cfg.max_target_tokens}
+        if self.decomposer_checkpoint:
+            module = QuestionDecomposer.load_from_checkpoint(self.decomposer_checkpoint, map_location="cpu")
+            return FittedDecomposer(module, load_decomposer_tokenizer(module.hparams.backbone), settings)
+        backbone: BackboneSpec = instantiate(cfg.backbone)
+        tokenizer = load_decomposer_tokenizer(backbone)
+        cache = f"{context.cfg.paths.cache_dir}/features"
+        train_rows = featurize(context.train, featurize_decomposer, tokenizer, cache, "decomposer-train", **settings)
+        eval_rows = featurize(context.evaluation, featurize_decomposer, tokenizer, cache, "decomposer-eval", **settings)
+        module = QuestionDecomposer(
+            backbone,
+            len(tokenizer),
+            tokenizer.pad_token_id,
+            lr=cfg.lr,
+            warmup_ratio=cfg.warmup_ratio,
+            schedule=cfg.schedule,
+            label_smoothing=cfg.label_smoothing,
+            num_beams=cfg.num_beams,
+            max_target_tokens=cfg.max_target_tokens,
+        )
+        data = QADataModule.for_tokenizer(
+            tokenizer,
+            train_rows,
+            eval_rows,
+            batch_size=cfg.micro_batch_size,
+            eval_batch_size=self.eval_batch_size,
+            num_workers=self.num_workers,
+            seed=context.cfg.seed,
+        )
+        result = run_stage(
+            "decomposer",
+            module,
+            data,
+            context.cfg,
+            cfg,
+            context.run_dir,
+            monitor=DECOMPOSER_MONITOR,
+            shared_loggers=context.loggers,
+        )
+        best = QuestionDecomposer.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
+        return FittedDecomposer(best, tokenizer, settings)
+
+    def decompose(
+        self, fitted: FittedDecomposer, context: RunContext
+    ) -> tuple[dict[str, str], dict[str, ParsedDecomposition]]:
+        """Decompose every evaluation question once (MuSiQue-Full twins share theirs) and write
+        `decompositions.jsonl`: question id -> the generated text, its steps (`#k` references), and whether it is
+        invalid (a step referring to itself, a later step or none), with the reasons. Returns the texts and the
+        parsed decompositions, by question id."""
+        first_rows: dict[str, int] = {}
+        for row, question_id in enumerate(context.evaluation["id"]):
+            first_rows.setdefault(question_id, row)
+        questions = context.evaluation.select(sorted(first_rows.values()))
+        texts = fitted.decompose(questions, context.cfg, self.eval_batch_size)
+        parsed = {question_id: parse_decomposition(text) for question_id, text in zip(questions["id"], texts)}
+        write_jsonl(
+            Path(context.run_dir) / DECOMPOSITIONS_FILE,
+            [
+                {
+                    "id": question_id,
+                    "question": question,
+                    "predicted_text": text,
+                    "steps": parsed[question_id].steps,
+                    "invalid": parsed[question_id].invalid,
+                    "problems": parsed[question_id].problems,
+                }
+                for question_id, question, text in zip(questions["id"], questions["question"], texts)
+            ],
+        )
+        return dict(zip(questions["id"], texts)), parsed
+
+
+def decomposer_metrics(fitted: FittedDecomposer, predicted: list[str], gold: list[list[str]]) -> dict[str, float]:
+    """BLEU (over token ids, as in validation) and exact match of the predicted decomposition texts against the
+    gold decompositions (step lists), row by row."""
+    tokenizer = fitted.tokenizer
+    excluded = {tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id}
+    excluded |= {tokenizer.bos_token_id, tokenizer.eos_token_id} - {None}
+    predicted_ids = [tokenizer(text)["input_ids"] for text in predicted]
+    gold_ids = [tokenizer(decomposition_text(steps))["input_ids"] for steps in gold]
+    scores = decomposition_scores(predicted_ids, gold_ids, excluded)
+    return {"decomposition_bleu": scores["bleu"], "decomposition_exact_match": scores["exact_match"]}
