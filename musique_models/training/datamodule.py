@@ -36,18 +36,16 @@ def featurize(
     features). Declared `features` spare `datasets` inferring the column types of every
     batch. `cache_dir=None` featurises in memory, uncached (tables that live for one prediction: a Step Execution
     hop)."""
+    common: dict[str, Any] = {
+        "batched": True,
+        "batch_size": batch_size,
+        "with_indices": True,
+        "remove_columns": table.column_names,
+        "fn_kwargs": {"tokenizer": tokenizer, **settings},
+        "features": features or getattr(function, "output_features", None),
+    }
     if cache_dir is None:
-        return table.map(
-            function,
-            batched=True,
-            batch_size=batch_size,
-            with_indices=True,
-            remove_columns=table.column_names,
-            fn_kwargs={"tokenizer": tokenizer, **settings},
-            keep_in_memory=True,
-            load_from_cache_file=False,
-            features=features or getattr(function, "output_features", None),
-        )
+        return table.map(function, keep_in_memory=True, load_from_cache_file=False, **common)
     key = json.dumps(
         {
             "input": table._fingerprint,
@@ -63,19 +61,13 @@ def featurize(
     fingerprint = hashlib.sha256(key.encode()).hexdigest()[:24]
     cache_file = Path(cache_dir) / f"{name}-{fingerprint}.arrow"
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    features = table.map(
+    return table.map(
         function,
-        batched=True,
-        batch_size=batch_size,
-        with_indices=True,
-        remove_columns=table.column_names,
-        fn_kwargs={"tokenizer": tokenizer, **settings},
         cache_file_name=str(cache_file),
         new_fingerprint=fingerprint,
         desc=f"featurising {name}",
-        features=features or getattr(function, "output_features", None),
+        **common,
     )
-    return features
 
 
 class IndexedRows(torch.utils.data.Dataset):

@@ -136,8 +136,8 @@ def test_hotpotqa_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-TINY_STEP_EXECUTION = [
-    "model=step_execution",
+# A few seconds: the tiny random BART decomposer, 6 training and 4 evaluation questions, one batch per stage.
+TINY_DECOMPOSER = [
     "backbone@model.decomposer.backbone=tiny_bart",
     "dataset.sample=true",
     "dataset.train_size=6",
@@ -148,6 +148,7 @@ TINY_STEP_EXECUTION = [
     "model.decomposer.num_beams=2",
     "model.decomposer.max_target_tokens=40",
 ]
+TINY_STEP_EXECUTION = ["model=step_execution", *TINY_DECOMPOSER]
 EXECUTOR_BACKBONES = {"end2end": ["backbone=tiny_longformer"], "select_answer": ["backbone=tiny"]}
 
 
@@ -345,21 +346,7 @@ def test_kill_in_the_executors_training_then_resume_matches_an_uninterrupted_run
 
 
 def test_the_decomposer_alone_writes_decompositions_and_their_scores_not_answers(compose_train_cfg) -> None:
-    cfg = compose_train_cfg(
-        [
-            "model=decomposer",
-            "backbone@model.decomposer.backbone=tiny_bart",
-            "dataset=2wiki_20k",
-            "dataset.sample=true",
-            "dataset.train_size=6",
-            "eval_size=4",
-            "trainer.fast_dev_run=true",
-            "trainer.enable_progress_bar=false",
-            "logger=none",
-            "model.decomposer.num_beams=2",
-            "model.decomposer.max_target_tokens=40",
-        ]
-    )
+    cfg = compose_train_cfg(["model=decomposer", "dataset=2wiki_20k", *TINY_DECOMPOSER])
     train(cfg)
     run = Path(cfg.paths.output_dir)
     metrics = json.loads((run / "metrics.json").read_text())
