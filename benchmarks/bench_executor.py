@@ -10,7 +10,7 @@ side in one run, with the same trained MiniLM executor (`executor=select_answer`
 orchestration, the featurisation of each hop and the decoding cost at most a quarter on top of the models.
 
 The executor is trained first by `train.py` with short stages (selector 1 epoch, answerer 2), so that it answers
-like a trained model, then restored from that run's checkpoints (`ckpt_path=last`: no stage trains again).
+like a trained model, then loaded from that run's best checkpoints (`recipe.load`: nothing trains again).
 
     python benchmarks/bench_executor.py [--out DIR] [--repeats 1] [--json results.json]
 """
@@ -39,7 +39,8 @@ from musique_models.cli.train import train  # noqa: E402
 from musique_models.data.schema import Example  # noqa: E402
 from musique_models.evaluation.gold import gold_from_example  # noqa: E402
 from musique_models.recipes.base import RunContext  # noqa: E402
-from musique_models.recipes.step_execution import SelectAnswerExecutor, execute_steps  # noqa: E402
+from musique_models.recipes.select_answer import SelectAnswerPredictor  # noqa: E402
+from musique_models.recipes.step_execution import execute_steps  # noqa: E402
 
 TARGET = 1.25
 
@@ -67,22 +68,21 @@ def compose_config(run_dir: Path, cache: Path, extra: list[str]):
         return compose("train", overrides=overrides)
 
 
-def trained_executor(cfg) -> tuple[SelectAnswerExecutor, RunContext]:
-    """The executor of a finished run (its stages are reused, nothing trains) and the run's context."""
-    cfg.ckpt_path = "last"
+def trained_executor(cfg) -> tuple[SelectAnswerPredictor, RunContext]:
+    """The executor of a finished run (loaded from its best checkpoints, nothing trains) and the run's context."""
     source = instantiate(cfg.dataset)
-    train_split, evaluation = source.load("train"), source.load(cfg.eval_split)
+    evaluation = source.load(cfg.eval_split)
     context = RunContext(
         cfg=cfg,
         source=source,
-        train=train_split,
+        train=evaluation,  # unused: nothing trains
         evaluation=evaluation,
         eval_golds=[gold_from_example(Example.from_dict(row), i) for i, row in enumerate(evaluation)],
         run_dir=Path(cfg.paths.output_dir),
         loggers=[],
     )
     recipe = instantiate(cfg.model, _recursive_=False)
-    return recipe._fit_executor(context), context
+    return recipe.load(cfg, context.run_dir).executor, context
 
 
 def timed(function):
@@ -109,21 +109,18 @@ def main() -> None:
     table = context.evaluation
     templates = [[step["question"] for step in steps] for steps in table["decomposition"]]
 
-    for predictor in (executor.selector, executor.answerer):
+    predictors = {"selector": executor.selector, "answerer": executor.reader.batches}
+    for predictor in predictors.values():
         predictor.recorded = []
     batched, batched_s = timed(lambda: execute_steps(executor, table, templates))
-    recorded = {name: p.recorded for name, p in (("selector", executor.selector), ("answerer", executor.answerer))}
-    for predictor in (executor.selector, executor.answerer):
+    recorded = {name: predictor.recorded for name, predictor in predictors.items()}
+    for predictor in predictors.values():
         predictor.recorded = None
     per_question, per_question_s = timed(
         lambda: [execute_steps(executor, table.select([row]), [templates[row]])[0] for row in range(len(table))]
     )
     _, bare_s = timed(
-        lambda: [
-            predictor.forward(batches)
-            for predictor, name in ((executor.selector, "selector"), (executor.answerer, "answerer"))
-            for batches in recorded[name]
-        ]
+        lambda: [predictor.forward(batches) for name, predictor in predictors.items() for batches in recorded[name]]
     )
     identical = [[dataclasses.asdict(s) for s in steps] for steps in batched] == [
         [dataclasses.asdict(s) for s in steps] for steps in per_question

@@ -43,14 +43,26 @@ def gold_layout(cfg: DictConfig) -> tuple[str | None, bool | None]:
 
 
 def check_options(cfg: DictConfig) -> None:
-    """Fail with one clear message on an unknown mode or a missing required path."""
+    """Fail with one clear message on an unknown mode, a missing required path, or files given with `run=`."""
     if cfg.mode not in MODES:
         raise EvaluateConfigError(f"unknown mode={cfg.mode}; expected mode=standard or mode=dire")
+    if cfg.get("run"):
+        given = [key for key in ("predictions", "gold", "probe_predictions", "format") if _given(cfg, key)]
+        if given:
+            raise EvaluateConfigError(
+                f"run= predicts with a trained run and scores its own predictions; drop {', '.join(given)}= "
+                "(or drop run= to score existing files)"
+            )
+        return
     for key, usage in _REQUIRED.items():
         if OmegaConf.is_missing(cfg, key) or not cfg[key]:
             raise EvaluateConfigError(f"evaluate.py needs {usage}")
     if cfg.mode == "dire" and not cfg.probe_predictions:
         raise EvaluateConfigError("mode=dire needs probe_predictions=PATH (the DiRe probe prediction jsonl)")
+
+
+def _given(cfg: DictConfig, key: str) -> bool:
+    return not OmegaConf.is_missing(cfg, key) and bool(cfg.get(key))
 
 
 def default_output(predictions: str | Path) -> Path:
@@ -60,8 +72,13 @@ def default_output(predictions: str | Path) -> Path:
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    """Score `cfg.predictions` against `cfg.gold` (and DiRe probes with `mode=dire`); write and print metrics."""
+    """Score `cfg.predictions` against `cfg.gold` (and DiRe probes with `mode=dire`); write and print metrics. With
+    `run=RUN_DIR`, predict with that trained run first (`musique_models.cli.score_run`)."""
     check_options(cfg)
+    if cfg.get("run"):
+        from musique_models.cli.score_run import score_run  # loads torch and the models: only when asked
+
+        return score_run(cfg)
     data_format, paired = gold_layout(cfg)
     if cfg.mode == "dire":
         report = evaluate_dire_files(cfg.gold, cfg.predictions, cfg.probe_predictions, data_format, paired)

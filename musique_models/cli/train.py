@@ -26,7 +26,7 @@ from musique_models.evaluation.evaluator import evaluate_predictions, metrics_ta
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import atomic_open, write_json
-from musique_models.recipes.base import Recipe, RunContext, extra_metrics
+from musique_models.recipes.base import Recipe, RunContext
 from musique_models.training.loggers import close_run_loggers, run_loggers
 from musique_models.training.malloc import keep_freed_memory
 
@@ -124,6 +124,11 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
             f"eval_split={cfg.eval_split}: {cfg.dataset.name} has no such split here "
             f"(choose one of {', '.join(splits)})"
         )
+    if cfg.eval_split in (cfg.dataset.get("unlabelled_splits") or []):
+        raise RunConfigError(
+            f"eval_split={cfg.eval_split}: {cfg.dataset.name}'s {cfg.eval_split} split is unlabelled and cannot be "
+            f"scored; train with eval_split=dev, then predict it: python evaluate.py run=RUN_DIR split={cfg.eval_split}"
+        )
     if cfg.get("eval_size") is not None and int(cfg.eval_size) <= 0:
         raise RunConfigError(
             f"eval_size={cfg.eval_size}: give a positive number of questions, or eval_size=null for the whole split"
@@ -172,7 +177,7 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
         with atomic_open(output_dir / CONFIG_FILE) as handle:
             handle.write(OmegaConf.to_yaml(cfg, resolve=True))
     source: DatasetSource = instantiate(cfg.dataset)
-    splits = {split: source.load(split, run_dir=output_dir) for split in source.splits}
+    splits = {split: source.load(split, run_dir=output_dir) for split in dict.fromkeys(["train", cfg.eval_split])}
     if cfg.get("eval_size"):
         splits[cfg.eval_split] = first_questions(splits[cfg.eval_split], cfg.eval_size)
     show(console, lambda target: print_summary(source, splits, target))
@@ -208,13 +213,12 @@ def _run_recipe(
         run_dir=output_dir,
         loggers=loggers,
     )
-    recipe = instantiate(cfg.model, _recursive_=False)
-    if not isinstance(recipe, Recipe):
-        raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name and run)")
-    predictions = recipe.run(context)
-    # a recipe that answers nothing (the decomposer alone) returns None: its metrics are its own
+    recipe = instantiate_recipe(cfg)
+    predictor = recipe.fit(context)
+    predictions = predictor.predict(evaluation, output_dir)
+    # a recipe that answers nothing (the decomposer alone) predicts None: its metrics are its own
     metrics = evaluate_predictions(context.eval_golds, predictions).metrics if predictions is not None else {}
-    metrics.update(extra_metrics(recipe))
+    metrics.update(predictor.extra_metrics)
     if predictions is not None:
         write_predictions(output_dir / "predictions.jsonl", predictions)
     write_json(output_dir / "metrics.json", metrics)
@@ -228,6 +232,14 @@ def _run_recipe(
         log.info("predictions: %s", output_dir / "predictions.jsonl")
     log.info("disk used by the run folder: %.1f MB", folder_megabytes(output_dir))
     return metrics.get(cfg.optimized_metric)
+
+
+def instantiate_recipe(cfg: DictConfig) -> Recipe:
+    """The recipe `cfg.model` configures (`model=<name>`)."""
+    recipe = instantiate(cfg.model, _recursive_=False)
+    if not isinstance(recipe, Recipe):
+        raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name, fit and load)")
+    return recipe
 
 
 def first_questions(table: Any, count: int) -> Any:
@@ -320,6 +332,7 @@ QUIET_WARNINGS = (
     "The number of training batches",
     "You are using a custom batch sampler",
     "The '",  # "The 'train_dataloader' does not have many workers"
+    "Total length of `list` across ranks is zero",  # a stage that does not validate has no validation loader
 )
 
 

@@ -1,6 +1,11 @@
 """Readers for each dataset's official files, producing the internal `Example` schema.
 
 Every reader validates the fields it uses and raises `DataFormatError` naming the file, line, id and field.
+
+`labelled=False` reads an UNLABELLED file (an official test set: ids, questions and paragraphs, no answers,
+supports, answerability or decompositions): the label fields may be absent (answer "", no supporting paragraph,
+answerable, no decomposition). Only a split a dataset config declares unlabelled is read so; a labelled split that
+lacks a label is an error.
 """
 
 from __future__ import annotations
@@ -93,13 +98,14 @@ def _records(path: Path, expected_format: str, id_field: str) -> Iterator[_Recor
         yield record
 
 
-def read_musique(path: str | Path, dataset: str = "musique_ans") -> Iterator[Example]:
+def read_musique(path: str | Path, dataset: str = "musique_ans", labelled: bool = True) -> Iterator[Example]:
     """Read MuSiQue-Ans or MuSiQue-Full v1.0 (`*.jsonl`, or the same records as a JSON list)."""
     for record in _records(Path(path), "musique", "id"):
-        yield _musique_example(record, dataset)
+        yield _musique_example(record, dataset, labelled)
 
 
-def _musique_example(record: _Record, dataset: str) -> Example:
+def _musique_example(record: _Record, dataset: str, labelled: bool = True) -> Example:
+    unlabelled = not labelled
     record.get("id", str)
     paragraphs = []
     seen_idx: set[int] = set()
@@ -116,11 +122,18 @@ def _musique_example(record: _Record, dataset: str) -> Example:
                 idx=idx,
                 title=record.get("title", str, container=raw_paragraph, name=f"{name}.title"),
                 text=record.get("paragraph_text", str, container=raw_paragraph, name=f"{name}.paragraph_text"),
-                is_supporting=record.get("is_supporting", bool, container=raw_paragraph, name=f"{name}.is_supporting"),
+                is_supporting=record.get(
+                    "is_supporting",
+                    bool,
+                    container=raw_paragraph,
+                    name=f"{name}.is_supporting",
+                    optional=unlabelled,
+                    default=False,
+                ),
             )
         )
     decomposition = []
-    for position, raw_step in enumerate(record.get("question_decomposition", list)):
+    for position, raw_step in enumerate(record.get("question_decomposition", list, optional=unlabelled, default=[])):
         name = f"question_decomposition[{position}]"
         if not isinstance(raw_step, dict):
             raise record.error("expected an object", name)
@@ -147,13 +160,20 @@ def _musique_example(record: _Record, dataset: str) -> Example:
         dataset=dataset,
         question=record.get("question", str),
         paragraphs=paragraphs,
-        answer=record.get("answer", str),
+        answer=record.get("answer", str, optional=unlabelled, default=""),
         answer_aliases=record.string_list("answer_aliases", optional=True),
         answerable=record.get("answerable", bool, optional=True, default=True),
         decomposition=decomposition,
-        num_hops=len(decomposition),
+        num_hops=len(decomposition) or _hops_from_id(hop_type),
         question_type=hop_type,
     )
+
+
+def _hops_from_id(hop_type: str) -> int:
+    """The hop count a MuSiQue id states (`3hop1__...` -> 3) when there is no decomposition to count (unlabelled
+    files); 0 when it states none."""
+    match = re.match(r"(\d+)hop", hop_type)
+    return int(match.group(1)) if match else 0
 
 
 class _Instance(Protocol):
@@ -164,46 +184,57 @@ class _Instance(Protocol):
 _InstanceT = TypeVar("_InstanceT", bound=_Instance)
 
 
-def check_musique_full_pairs(examples: Iterable[_InstanceT], path: str | Path) -> Iterator[_InstanceT]:
+def check_musique_full_pairs(
+    examples: Iterable[_InstanceT], path: str | Path, labelled: bool = True
+) -> Iterator[_InstanceT]:
     """Pass examples through, then check MuSiQue-Full's pairing: every id exactly twice, once answerable and once
-    not. Raises `DataFormatError` naming the ids that break it once the input is exhausted."""
+    not (unlabelled: exactly twice). Raises `DataFormatError` naming the ids that break it once the input is
+    exhausted."""
     by_id: dict[str, list[bool]] = {}
     for example in examples:
         by_id.setdefault(example.id, []).append(example.answerable)
         yield example
     broken = [
         f"{question_id} ({len(flags)} rows, {sum(flags)} answerable)"
+        if labelled
+        else f"{question_id} ({len(flags)} rows)"
         for question_id, flags in by_id.items()
-        if sorted(flags) != [False, True]
+        if (sorted(flags) != [False, True] if labelled else len(flags) != 2)
     ]
     if broken:
         shown = "; ".join(broken[:10]) + (f"; ... {len(broken) - 10} more" if len(broken) > 10 else "")
+        rule = "once answerable, once not" if labelled else "the answerable and the unanswerable twin"
         raise DataFormatError(
-            f"MuSiQue-Full needs every id exactly twice (once answerable, once not); "
+            f"MuSiQue-Full needs every id exactly twice ({rule}); "
             f"{len(broken)} of {len(by_id)} ids break that: {shown}",
             path=path,
         )
 
 
-def read_hotpotqa(path: str | Path, dataset: str = "hotpotqa") -> Iterator[Example]:
+def read_hotpotqa(path: str | Path, dataset: str = "hotpotqa", labelled: bool = True) -> Iterator[Example]:
     """Read HotpotQA distractor files (`hotpot_train_v1.1.json`, `hotpot_dev_distractor_v1.json`)."""
     for record in _records(Path(path), "hotpotqa", "_id"):
-        yield _context_example(record, dataset, _context_paragraphs(record), decomposition=[])
+        yield _context_example(record, dataset, _context_paragraphs(record, labelled), [], labelled)
 
 
-def read_2wiki(path: str | Path, dataset: str = "2wiki") -> Iterator[Example]:
+def read_2wiki(path: str | Path, dataset: str = "2wiki", labelled: bool = True) -> Iterator[Example]:
     """Read 2WikiMultihopQA (`train.json`, `dev.json`); the decomposition is derived from `evidences`."""
     for record in _records(Path(path), "2wiki", "_id"):
-        paragraphs = _context_paragraphs(record)
-        evidences = record.get("evidences", list)
+        paragraphs = _context_paragraphs(record, labelled)
+        evidences = record.get("evidences", list, optional=not labelled, default=[])
         for position, triple in enumerate(evidences):
             if not (isinstance(triple, list) and len(triple) == 3 and all(isinstance(x, str) for x in triple)):
                 raise record.error("expected [subject, relation, object] strings", f"evidences[{position}]")
-        yield _context_example(record, dataset, paragraphs, decomposition_from_evidences(evidences, paragraphs))
+        decomposition = decomposition_from_evidences(evidences, paragraphs)
+        yield _context_example(record, dataset, paragraphs, decomposition, labelled)
 
 
 def _context_example(
-    record: _Record, dataset: str, paragraphs: list[Paragraph], decomposition: list[DecompositionStep]
+    record: _Record,
+    dataset: str,
+    paragraphs: list[Paragraph],
+    decomposition: list[DecompositionStep],
+    labelled: bool = True,
 ) -> Example:
     """HotpotQA and 2Wiki questions are all answerable, have no aliases, and count as 2 hops without a decomposition."""
     return Example(
@@ -211,7 +242,7 @@ def _context_example(
         dataset=dataset,
         question=record.get("question", str),
         paragraphs=paragraphs,
-        answer=record.get("answer", str),
+        answer=record.get("answer", str, optional=not labelled, default=""),
         answer_aliases=[],
         answerable=True,
         decomposition=decomposition,
@@ -220,7 +251,7 @@ def _context_example(
     )
 
 
-def _context_paragraphs(record: _Record) -> list[Paragraph]:
+def _context_paragraphs(record: _Record, labelled: bool = True) -> list[Paragraph]:
     """HotpotQA/2Wiki `context` + `supporting_facts` -> paragraphs with idx = position in `context`."""
     paragraphs = []
     position_by_title: dict[str, int] = {}
@@ -240,7 +271,7 @@ def _context_paragraphs(record: _Record) -> list[Paragraph]:
                 idx=idxs[position], title=title, text="".join(sentences), is_supporting=False, sentences=list(sentences)
             )
         )
-    for position, fact in enumerate(record.get("supporting_facts", list)):
+    for position, fact in enumerate(record.get("supporting_facts", list, optional=not labelled, default=[])):
         name = f"supporting_facts[{position}]"
         if not (
             isinstance(fact, list)
@@ -329,7 +360,9 @@ READERS: dict[str, Callable[..., Iterator[Example]]] = {
 }
 
 
-def read_examples(path: str | Path, data_format: str, dataset: str, require_pairs: bool = False) -> list[Example]:
+def read_examples(
+    path: str | Path, data_format: str, dataset: str, require_pairs: bool = False, labelled: bool = True
+) -> list[Example]:
     """Read a whole file with the reader for `data_format`; MuSiQue-Full's pairing is checked when asked."""
-    examples = READERS[check_format(data_format)](path, dataset)
-    return list(check_musique_full_pairs(examples, path) if require_pairs else examples)
+    examples = READERS[check_format(data_format)](path, dataset, labelled=labelled)
+    return list(check_musique_full_pairs(examples, path, labelled) if require_pairs else examples)

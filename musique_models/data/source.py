@@ -65,6 +65,8 @@ class DatasetSource:
         derived_sample: the shipped sample is derived data (not official); said in every summary.
         include_title: readers put paragraph titles before the text (HotpotQA, 2Wiki; "title || text").
         yes_no_answers: the dataset has yes/no answers (readers add the `( yes | no )` prefix, or a head).
+        unlabelled_splits: splits whose files carry no labels (official test sets: ids, questions, paragraphs);
+            only these are read without answers, supports and answerability, and they are predicted, not scored.
         paper_settings: model settings of the paper's setup for this dataset (epochs, top-K), read by configs.
 
     `include_title`, `yes_no_answers` and `paper_settings` are accepted because the dataset configs carry them,
@@ -91,6 +93,7 @@ class DatasetSource:
         include_title: bool = False,
         yes_no_answers: bool = False,
         paper_settings: dict | None = None,
+        unlabelled_splits: list[str] | tuple[str, ...] = (),
     ) -> None:
         if format not in FORMAT_NAMES:
             raise DatasetConfigError(
@@ -116,6 +119,7 @@ class DatasetSource:
         self.hub_path = hub_path
         self.download_help = download_help
         self.derived_sample = derived_sample
+        self.unlabelled_splits = tuple(unlabelled_splits)
 
     @property
     def splits(self) -> list[str]:
@@ -126,6 +130,10 @@ class DatasetSource:
     def is_derived(self) -> bool:
         """True when the loaded data is a derived (non-official) sample."""
         return self.sample and self.derived_sample
+
+    def is_labelled(self, split: str) -> bool:
+        """False for a split the config declares unlabelled (`unlabelled_splits`: an official test set)."""
+        return split not in self.unlabelled_splits
 
     def path(self, split: str) -> Path:
         """The file that `split` is read from (the sample's when `sample=True`)."""
@@ -147,7 +155,7 @@ class DatasetSource:
         if self.hub_path and not self.sample and not self.path(split).exists():
             table = self._load_from_hub(split)
         else:
-            table = self._load_file(self._ensure_file(split))
+            table = self._load_file(self._ensure_file(split), self.is_labelled(split))
         if split == "train" and self.train_size is not None:
             table = table.select(subsample_indices(table["id"], self.train_size, self.seed))
             if run_dir is not None:
@@ -191,20 +199,22 @@ class DatasetSource:
             Path(tmp_name).unlink(missing_ok=True)
         return path
 
-    def _cache_path(self, path: Path) -> Path:
+    def _cache_path(self, path: Path, labelled: bool = True) -> Path:
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 22), b""):
                 digest.update(block)
-        digest.update(f"|{self.format}|{self.name}|{self.paired}|reader-{code_fingerprint(*READER_MODULES)}".encode())
+        digest.update(
+            f"|{self.format}|{self.name}|{self.paired}|{labelled}|reader-{code_fingerprint(*READER_MODULES)}".encode()
+        )
         return self.cache_dir / f"{self.name}-{path.stem}-{digest.hexdigest()[:20]}.arrow"
 
-    def _load_file(self, path: Path) -> datasets.Dataset:
-        cache_path = self._cache_path(path)
+    def _load_file(self, path: Path, labelled: bool = True) -> datasets.Dataset:
+        cache_path = self._cache_path(path, labelled)
         if not cache_path.exists():
-            examples = READERS[self.format](path, self.name)
+            examples = READERS[self.format](path, self.name, labelled=labelled)
             if self.paired:
-                examples = check_musique_full_pairs(examples, path)
+                examples = check_musique_full_pairs(examples, path, labelled)
             write_arrow(examples, cache_path)
         return datasets.Dataset.from_file(str(cache_path))
 

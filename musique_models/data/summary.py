@@ -117,7 +117,12 @@ def main(overrides: Sequence[str] | None = None) -> None:
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[argument for argument in arguments if not argument.startswith("view=")])
     source: DatasetSource = instantiate(cfg.dataset)
-    splits = {split: source.load(split) for split in source.splits}
+    # the labelled splits; an unlabelled one (the official test set) when its file is there, never for single-hop
+    splits = {
+        split if source.is_labelled(split) else f"{split} (unlabelled)": source.load(split)
+        for split in source.splits
+        if source.is_labelled(split) or (view == "questions" and source.path(split).exists())
+    }
     if view == "single_hop":
         if not any(len(steps) for steps in splits["train"]["decomposition"]):
             raise ConfigValueError(f"{source.display_name} has no decompositions: it has no single-hop questions")

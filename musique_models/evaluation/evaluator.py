@@ -157,20 +157,16 @@ def dire_results(
     return results
 
 
-def evaluate_dire_files(
-    gold_path: str | Path,
-    predictions_path: str | Path,
+def dire_report(
+    golds: Sequence[GoldInstance],
+    predictions: Sequence[Prediction],
+    probe_predictions: Sequence[tuple[int, ProbePrediction]],
     probe_path: str | Path,
-    data_format: str | None = None,
-    paired: bool | None = None,
 ) -> EvaluationReport:
-    """The standard metrics plus DiRe's, with DiRe's scores added to each per-question row (`data_format` and
-    `paired` as in `evaluate_files`)."""
-    with gc_paused():
-        golds = read_gold(gold_path, data_format, paired)
-        predictions = align_predictions(golds, read_predictions(predictions_path), predictions_path)
-        report = evaluate_predictions(golds, predictions)
-        results = dire_results(golds, predictions, read_probe_predictions(probe_path), probe_path)
+    """The standard metrics plus DiRe's, with DiRe's scores added to each answerable question's per-question row
+    (`probe_predictions`: `(line, probe prediction)`, lines of `probe_path`, named in errors)."""
+    report = evaluate_predictions(golds, predictions)
+    results = dire_results(golds, predictions, probe_predictions, probe_path)
     report.metrics.update(aggregate_dire(results))
     by_id = {result.id: result for result in results}
     for row in report.per_question:
@@ -180,6 +176,21 @@ def evaluate_dire_files(
                 dire_answer_f1=result.answer.f1, dire_support_f1=result.support.f1, dire_joint_f1=result.joint.f1
             )
     return report
+
+
+def evaluate_dire_files(
+    gold_path: str | Path,
+    predictions_path: str | Path,
+    probe_path: str | Path,
+    data_format: str | None = None,
+    paired: bool | None = None,
+) -> EvaluationReport:
+    """`dire_report` of a gold file, its prediction file and its probe prediction file (`data_format` and `paired`
+    as in `evaluate_files`)."""
+    with gc_paused():
+        golds = read_gold(gold_path, data_format, paired)
+        predictions = align_predictions(golds, read_predictions(predictions_path), predictions_path)
+        return dire_report(golds, predictions, read_probe_predictions(probe_path), probe_path)
 
 
 def write_report(report: EvaluationReport, output: str | Path, per_question_output: str | Path | None = None) -> Path:

@@ -20,13 +20,15 @@ from musique_models.evaluation.gold import GoldInstance, msgspec_error
 from musique_models.io import write_json, write_jsonl
 
 
-class Prediction(msgspec.Struct):
-    """One row of an official MuSiQue prediction file."""
+class Prediction(msgspec.Struct, omit_defaults=True):
+    """One row of an official MuSiQue prediction file. `predicted_answer_confidence` (the answer's probability
+    under the model) is a side field: the official evaluator ignores it, DiRe uses it; written when known."""
 
     id: str
     predicted_answer: str
     predicted_support_idxs: list[int]
     predicted_answerable: bool
+    predicted_answer_confidence: float | None = None
 
 
 class ProbePrediction(msgspec.Struct):

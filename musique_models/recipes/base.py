@@ -1,4 +1,6 @@
-"""The contract between the training entry point and a recipe."""
+"""The contract between the entry points and a recipe: `fit` trains every stage and returns a `Predictor`; `load`
+rebuilds the same `Predictor` from a finished run's best checkpoints without training; the predictor then predicts
+any table of schema rows (the evaluation split, another dataset's split, a DiRe probe, an unlabelled test file)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ from pytorch_lightning.loggers import Logger
 from musique_models.data.source import DatasetSource
 from musique_models.evaluation.gold import GoldInstance
 from musique_models.evaluation.predictions import Prediction
+from musique_models.models.decoding import DecodedQuestion
 
 
 @dataclass
 class RunContext:
-    """What a recipe gets: the config, the data, the evaluation split's gold, the run folder and the run's loggers."""
+    """What a recipe's `fit` gets: the config, the data, the evaluation split's gold, the run folder and the run's
+    loggers."""
 
     cfg: DictConfig
     source: DatasetSource
@@ -36,17 +40,46 @@ class RunContext:
 
 
 @runtime_checkable
+class Predictor(Protocol):
+    """A trained recipe, its models placed once. `predict(table, output_dir)` returns one official prediction per
+    row of `table` (schema rows, labelled or not), in order, each with `predicted_answer_confidence`, and writes
+    the recipe's side files (rankings, decompositions, executed steps) into `output_dir`; None for a recipe that
+    predicts no answers (the decomposer alone). `extra_metrics`: what the last `predict` adds to `metrics.json`
+    beside the evaluator's keys (Step Execution's `invalid_decompositions`; empty for most)."""
+
+    extra_metrics: dict[str, float]
+
+    def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction] | None: ...
+
+
+@runtime_checkable
 class Recipe(Protocol):
-    """What `model=<name>` instantiates: `run` trains every stage and returns one official prediction per row of
-    the evaluation split, in order (None for a recipe that predicts no answers: the decomposer alone, whose
-    `extra_metrics` are the run's metrics)."""
+    """What `model=<name>` instantiates.
+
+    `fit(context)` trains every stage on `context`'s splits (resuming or skipping finished stages as `ckpt_path`
+    says) and returns the trained `Predictor`; `load(cfg, run_dir)` returns the same predictor from the finished
+    stages of the run in `run_dir` (its best checkpoints; `cfg` is the run's own config) and never trains: an
+    unfinished stage raises `StageNotFinishedError`."""
 
     name: str
 
-    def run(self, context: RunContext) -> list[Prediction] | None: ...
+    def fit(self, context: RunContext) -> Predictor: ...
+
+    def load(self, cfg: DictConfig, run_dir: Path) -> Predictor: ...
 
 
-def extra_metrics(recipe: Recipe) -> dict[str, float]:
-    """What a recipe adds to `metrics.json` beside the evaluator's keys (its `extra_metrics` attribute, if any:
-    Step Execution's `invalid_decompositions`)."""
-    return dict(getattr(recipe, "extra_metrics", None) or {})
+def decoded_predictions(
+    ids: list[str], decoded: list[DecodedQuestion], support: list[list[int]] | None = None
+) -> list[Prediction]:
+    """Official predictions (with the answer's confidence) of decoded questions, in order; `support` replaces the
+    decoded support (1-Para: the paragraph read)."""
+    return [
+        Prediction(
+            id=question_id,
+            predicted_answer=question.answer,
+            predicted_support_idxs=question.support if support is None else support[row],
+            predicted_answerable=question.answerable,
+            predicted_answer_confidence=question.confidence,
+        )
+        for row, (question_id, question) in enumerate(zip(ids, decoded, strict=True))
+    ]

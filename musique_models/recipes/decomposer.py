@@ -5,7 +5,8 @@ model that rewrites a multihop question into single-hop steps in the official st
 Trained on each training question's gold decomposition, validated on BLEU over token ids (the official
 `+BLEU`) and exact match; its best checkpoint then decomposes the evaluation split's questions (beam search), once
 per question id, into `decompositions.jsonl` in the run folder. `model=decomposer` stops there: the run's
-`metrics.json` holds the decomposer's BLEU and exact match on the evaluation split, and no answers are predicted.
+`metrics.json` holds the decomposer's BLEU and exact match on the evaluation split (on a split with gold
+decompositions), and no answers are predicted.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from musique_models.models.decomposer import QuestionDecomposer, decomposition_s
 from musique_models.recipes.base import RunContext
 from musique_models.training.datamodule import QADataModule, featurize
 from musique_models.training.inference import BatchPredictor
-from musique_models.training.stage import run_stage
+from musique_models.training.stage import finished_checkpoint, run_stage
 
 log = logging.getLogger(__name__)
 
@@ -53,20 +54,72 @@ class FittedDecomposer:
     tokenizer: Any
     settings: dict[str, Any]
 
-    def decompose(self, table: datasets.Dataset, cfg: DictConfig, batch_size: int) -> list[str]:
+
+class DecomposerPredictor:
+    """A trained decomposer placed once. `decompose` writes the decompositions of a table's questions;
+    `predict` (the decomposer alone) predicts no answers: its `extra_metrics` are its scores."""
+
+    def __init__(self, fitted: FittedDecomposer, cfg: DictConfig, batch_size: int) -> None:
+        self.fitted = fitted
+        self.batches = BatchPredictor(fitted.module, fitted.tokenizer, cfg, batch_size)
+        self.extra_metrics: dict[str, float] = {}
+
+    def generate(self, table: datasets.Dataset) -> list[str]:
         """The generated decomposition text of every row of `table` (beam search, `num_beams` of the module)."""
-        rows = featurize(table, featurize_decomposer, self.tokenizer, None, "decompose", **self.settings)
-        outputs = BatchPredictor(self.module, self.tokenizer, cfg, batch_size).outputs(rows)
+        tokenizer = self.fitted.tokenizer
+        rows = featurize(table, featurize_decomposer, tokenizer, None, "decompose", **self.fitted.settings)
         texts = [""] * len(table)
-        for output in outputs:
-            decoded = self.tokenizer.batch_decode(output["ids"], skip_special_tokens=True)
+        for output in self.batches.outputs(rows):
+            decoded = tokenizer.batch_decode(output["ids"], skip_special_tokens=True)
             for row, text in zip(output["example_row"].tolist(), decoded):
                 texts[row] = text
         return texts
 
+    def decompose(
+        self, table: datasets.Dataset, output_dir: Path
+    ) -> tuple[dict[str, str], dict[str, ParsedDecomposition]]:
+        """Decompose every question of `table` once (MuSiQue-Full twins share theirs) and write
+        `decompositions.jsonl` into `output_dir`: question id -> the generated text, its steps (`#k` references),
+        and whether it is invalid (a step referring to itself, a later step or none), with the reasons. Returns
+        the texts and the parsed decompositions, by question id."""
+        first_rows: dict[str, int] = {}
+        for row, question_id in enumerate(table["id"]):
+            first_rows.setdefault(question_id, row)
+        questions = table.select(sorted(first_rows.values()))
+        texts = self.generate(questions)
+        parsed = {question_id: parse_decomposition(text) for question_id, text in zip(questions["id"], texts)}
+        write_jsonl(
+            Path(output_dir) / DECOMPOSITIONS_FILE,
+            [
+                {
+                    "id": question_id,
+                    "question": question,
+                    "predicted_text": text,
+                    "steps": parsed[question_id].steps,
+                    "invalid": parsed[question_id].invalid,
+                    "problems": parsed[question_id].problems,
+                }
+                for question_id, question, text in zip(questions["id"], questions["question"], texts)
+            ],
+        )
+        return dict(zip(questions["id"], texts)), parsed
+
+    def predict(self, table: datasets.Dataset, output_dir: Path) -> None:
+        """Decompose `table` and score the decompositions against its gold ones (when it has them)."""
+        texts, parsed = self.decompose(table, output_dir)
+        self.extra_metrics = {}
+        gold = dict(zip(table["id"], table["decomposition"]))
+        if any(gold[key] for key in texts):
+            self.extra_metrics = decomposer_metrics(
+                self.fitted, list(texts.values()), [[step["question"] for step in gold[key]] for key in texts]
+            )
+        self.extra_metrics["invalid_decompositions"] = float(sum(item.invalid for item in parsed.values()))
+        log.info("decomposer on %d questions: %s", len(texts), self.extra_metrics)
+        return None
+
 
 class Decomposer:
-    """`model=decomposer`: fit the decomposer, decompose the evaluation split, score it (see the module
+    """`model=decomposer`: fit the decomposer, then decompose and score the evaluation split (see the module
     docstring). `decomposer` holds the stage settings; `decomposer_checkpoint` reuses a trained one."""
 
     def __init__(
@@ -82,35 +135,33 @@ class Decomposer:
         self.decomposer_checkpoint = decomposer_checkpoint
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
-        self.extra_metrics: dict[str, float] = {}
 
-    def run(self, context: RunContext) -> None:
-        require_decompositions(context, self.name)
-        fitted = self.fit(context)
-        texts, parsed = self.decompose(fitted, context)
-        gold = dict(zip(context.evaluation["id"], context.evaluation["decomposition"]))
-        self.extra_metrics = {
-            **decomposer_metrics(
-                fitted, list(texts.values()), [[step["question"] for step in gold[key]] for key in texts]
-            ),
-            "invalid_decompositions": float(sum(decomposition.invalid for decomposition in parsed.values())),
-        }
-        log.info("decomposer on the evaluation split: %s", self.extra_metrics)
-        return None
-
-    def fit(self, context: RunContext) -> FittedDecomposer:
-        """The decomposer trained as stage `decomposer` on `context`'s training questions (validated on its
-        evaluation questions), or the one `decomposer_checkpoint` names."""
+    def _settings(self) -> dict[str, Any]:
         cfg = self.decomposer_cfg
-        settings = {"max_source_tokens": cfg.max_source_tokens, "max_target_tokens": cfg.max_target_tokens}
+        return {"max_source_tokens": cfg.max_source_tokens, "max_target_tokens": cfg.max_target_tokens}
+
+    def _reused(self, checkpoint: str, cfg: DictConfig) -> DecomposerPredictor:
+        module = QuestionDecomposer.load_from_checkpoint(checkpoint, map_location="cpu")
+        fitted = FittedDecomposer(module, load_decomposer_tokenizer(module.hparams.backbone), self._settings())
+        return DecomposerPredictor(fitted, cfg, self.eval_batch_size)
+
+    def fit(self, context: RunContext) -> DecomposerPredictor:
+        """The decomposer trained as stage `decomposer` on `context`'s training questions (validated on its
+        evaluation questions), or the one `decomposer_checkpoint` names; placed for prediction."""
+        require_decompositions(context, self.name)
         if self.decomposer_checkpoint:
-            module = QuestionDecomposer.load_from_checkpoint(self.decomposer_checkpoint, map_location="cpu")
-            return FittedDecomposer(module, load_decomposer_tokenizer(module.hparams.backbone), settings)
+            return self._reused(self.decomposer_checkpoint, context.cfg)
+        cfg = self.decomposer_cfg
+        settings = self._settings()
         backbone: BackboneSpec = instantiate(cfg.backbone)
         tokenizer = load_decomposer_tokenizer(backbone)
         cache = f"{context.cfg.paths.cache_dir}/features"
         train_rows = featurize(context.train, featurize_decomposer, tokenizer, cache, "decomposer-train", **settings)
-        eval_rows = featurize(context.evaluation, featurize_decomposer, tokenizer, cache, "decomposer-eval", **settings)
+        eval_rows = None
+        if cfg.get("validate", True):
+            eval_rows = featurize(
+                context.evaluation, featurize_decomposer, tokenizer, cache, "decomposer-eval", **settings
+            )
         module = QuestionDecomposer(
             backbone,
             len(tokenizer),
@@ -142,36 +193,12 @@ class Decomposer:
             shared_loggers=context.loggers,
         )
         best = QuestionDecomposer.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
-        return FittedDecomposer(best, tokenizer, settings)
+        return DecomposerPredictor(FittedDecomposer(best, tokenizer, settings), context.cfg, self.eval_batch_size)
 
-    def decompose(
-        self, fitted: FittedDecomposer, context: RunContext
-    ) -> tuple[dict[str, str], dict[str, ParsedDecomposition]]:
-        """Decompose every evaluation question once (MuSiQue-Full twins share theirs) and write
-        `decompositions.jsonl`: question id -> the generated text, its steps (`#k` references), and whether it is
-        invalid (a step referring to itself, a later step or none), with the reasons. Returns the texts and the
-        parsed decompositions, by question id."""
-        first_rows: dict[str, int] = {}
-        for row, question_id in enumerate(context.evaluation["id"]):
-            first_rows.setdefault(question_id, row)
-        questions = context.evaluation.select(sorted(first_rows.values()))
-        texts = fitted.decompose(questions, context.cfg, self.eval_batch_size)
-        parsed = {question_id: parse_decomposition(text) for question_id, text in zip(questions["id"], texts)}
-        write_jsonl(
-            Path(context.run_dir) / DECOMPOSITIONS_FILE,
-            [
-                {
-                    "id": question_id,
-                    "question": question,
-                    "predicted_text": text,
-                    "steps": parsed[question_id].steps,
-                    "invalid": parsed[question_id].invalid,
-                    "problems": parsed[question_id].problems,
-                }
-                for question_id, question, text in zip(questions["id"], questions["question"], texts)
-            ],
-        )
-        return dict(zip(questions["id"], texts)), parsed
+    def load(self, cfg: DictConfig, run_dir: Path) -> DecomposerPredictor:
+        """The best decomposer of the finished run in `run_dir` (or the reused `decomposer_checkpoint`); never
+        trains."""
+        return self._reused(self.decomposer_checkpoint or finished_checkpoint(run_dir, "decomposer"), cfg)
 
 
 def decomposer_metrics(fitted: FittedDecomposer, predicted: list[str], gold: list[list[str]]) -> dict[str, float]:

@@ -8,6 +8,8 @@ on the markers only. What it scores is what a dataset gives away without its que
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import datasets
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -16,18 +18,36 @@ from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.end2end import featurize_end2end
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
+from musique_models.models.decoding import DecodedQuestion
 from musique_models.models.end2end import End2EndReader
-from musique_models.recipes.base import RunContext
+from musique_models.recipes.base import RunContext, decoded_predictions
 from musique_models.recipes.reader import (
     YES_NO_MODES,
     FittedReader,
+    ReaderPredictor,
     fit_reader,
-    predict_reader,
     reader_kwargs,
     single_input_settings,
     yes_no_setup,
 )
 from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.training.stage import finished_checkpoint
+
+
+class End2EndPredictor:
+    """A trained End2End reader, placed once: it reads every paragraph of a row in dataset order."""
+
+    def __init__(self, fitted: FittedReader, cfg: DictConfig, batch_size: int) -> None:
+        self.fitted = fitted
+        self.reader = ReaderPredictor(fitted, cfg, batch_size)
+        self.extra_metrics: dict[str, float] = {}
+
+    def answer(self, table: datasets.Dataset) -> list[DecodedQuestion]:
+        """Every row of `table` decoded (Step Execution's single-hop executor calls this per hop)."""
+        return self.reader.read(in_dataset_order(table))
+
+    def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction]:
+        return decoded_predictions(table["id"], self.answer(table))
 
 
 class End2End:
@@ -55,24 +75,22 @@ class End2End:
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
 
-    def run(self, context: RunContext) -> list[Prediction]:
-        fitted, data, eval_table = self.fit(context)
-        return predict_reader(fitted.reader, data, context, fitted.context_builder(eval_table))
+    def _fitted(self, cfg: DictConfig, reader: End2EndReader, tokenizer: object) -> FittedReader:
+        """`reader` with the tokenizer and featuriser settings that feed it under the run's config `cfg`."""
+        include_title = bool(cfg.dataset.get("include_title", False))
+        prefix, _ = yes_no_setup(cfg, self.yes_no)
+        backbone: BackboneSpec = reader.hparams.backbone
+        settings = single_input_settings(self.reader_cfg, backbone, include_title, prefix, self.empty_question)
+        return FittedReader(reader, tokenizer, featurize_end2end, settings, include_title, prefix)
 
-    def fit(self, context: RunContext, name: str | None = None) -> tuple[FittedReader, QADataModule, datasets.Dataset]:
-        """Fit the reader as stage `name` (the recipe's name by default) on `context`'s splits. Returns the best reader with what featurises for it, its datamodule and
-        the evaluation split with `selected_idxs` (every paragraph in dataset order)."""
+    def fit(self, context: RunContext, name: str | None = None) -> End2EndPredictor:
+        """Fit the reader as stage `name` (the recipe's name by default) on `context`'s splits, validated on its
+        evaluation split when the stage validates; the best reader, placed for prediction."""
         cfg = context.cfg
         name = name or self.name
         backbone: BackboneSpec = instantiate(self.reader_cfg.backbone)
         tokenizer = load_tokenizer(backbone)
-        include_title = bool(cfg.dataset.get("include_title", False))
-        prefix, answer_type_head = yes_no_setup(cfg, self.yes_no)
-        settings = single_input_settings(self.reader_cfg, backbone, include_title, prefix, self.empty_question)
-        cache = f"{cfg.paths.cache_dir}/features"
-        train_table, eval_table = in_dataset_order(context.train), in_dataset_order(context.evaluation)
-        train_rows = featurize(train_table, featurize_end2end, tokenizer, cache, f"{name}-train", **settings)
-        eval_rows = featurize(eval_table, featurize_end2end, tokenizer, cache, f"{name}-eval", **settings)
+        _, answer_type_head = yes_no_setup(cfg, self.yes_no)
         reader = End2EndReader(
             backbone,
             len(tokenizer),
@@ -82,6 +100,15 @@ class End2End:
             single_support=self.reader_cfg.single_support,
             **reader_kwargs(self.reader_cfg),
         )
+        fitted = self._fitted(cfg, reader, tokenizer)
+        cache = f"{cfg.paths.cache_dir}/features"
+        train_rows = featurize(
+            in_dataset_order(context.train), featurize_end2end, tokenizer, cache, f"{name}-train", **fitted.settings
+        )
+        eval_table = in_dataset_order(context.evaluation)
+        eval_rows = None
+        if self.reader_cfg.get("validate", True):
+            eval_rows = featurize(eval_table, featurize_end2end, tokenizer, cache, f"{name}-eval", **fitted.settings)
         data = QADataModule.for_tokenizer(
             tokenizer,
             train_rows,
@@ -91,9 +118,14 @@ class End2End:
             num_workers=self.num_workers,
             seed=cfg.seed,
         )
-        fitted = FittedReader(reader, tokenizer, featurize_end2end, settings, include_title, prefix)
         fitted.reader = fit_reader(name, reader, data, context, self.reader_cfg, fitted.context_builder(eval_table))
-        return fitted, data, eval_table
+        return End2EndPredictor(fitted, cfg, self.eval_batch_size)
+
+    def load(self, cfg: DictConfig, run_dir: Path, name: str | None = None) -> End2EndPredictor:
+        """The best reader of stage `name` of the finished run in `run_dir` (`cfg`: its config); never trains."""
+        reader = End2EndReader.load_from_checkpoint(finished_checkpoint(run_dir, name or self.name), map_location="cpu")
+        fitted = self._fitted(cfg, reader, load_tokenizer(reader.hparams.backbone))
+        return End2EndPredictor(fitted, cfg, self.eval_batch_size)
 
 
 def in_dataset_order(table: datasets.Dataset) -> datasets.Dataset:

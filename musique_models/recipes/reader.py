@@ -1,4 +1,4 @@
-"""The reader stage every reading recipe shares: fit on featurised rows, predict with the best checkpoint, decode."""
+"""The reader stage every reading recipe shares: fit on featurised rows, then read any table with the best weights."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import torch
 from omegaconf import DictConfig
 
 from musique_models.errors import check_choice
-from musique_models.evaluation.predictions import Prediction
 from musique_models.features.context import YES_NO_PREFIX, ContextBuilder
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec
+from musique_models.models.decoding import DecodedQuestion
 from musique_models.recipes.base import RunContext
-from musique_models.training.datamodule import QADataModule
-from musique_models.training.stage import predict, run_stage
+from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.training.inference import BatchPredictor
+from musique_models.training.stage import run_stage
 
 YES_NO_MODES = ("prefix", "head")
 
@@ -103,11 +104,19 @@ def fit_reader(
     return type(reader).load_from_checkpoint(result.best_checkpoint, map_location="cpu")
 
 
-def predict_reader(
-    reader: MultiParagraphAnswerer, data: QADataModule, context: RunContext, context_of: Callable[[int], str]
-) -> list[Prediction]:
-    """Predict the datamodule's evaluation split with `reader` and decode one official prediction per question."""
-    outputs = predict(reader, data, context.cfg)
-    windows = torch.cat([output[0] for output in outputs])
-    markers = torch.cat([output[1] for output in outputs])
-    return reader.decode(windows, markers, context.eval_golds, context_of)
+class ReaderPredictor:
+    """A trained reader placed once (`BatchPredictor`): `read(table)` decodes every row of a table whose
+    `selected_idxs` say which paragraphs (and in which order) the reader reads."""
+
+    def __init__(self, fitted: FittedReader, cfg: DictConfig, batch_size: int) -> None:
+        self.fitted = fitted
+        self.batches = BatchPredictor(fitted.reader, fitted.tokenizer, cfg, batch_size)
+
+    def read(self, table: datasets.Dataset) -> list[DecodedQuestion]:
+        """The decoded question of every row of `table` (featurised in memory: any table, labelled or not)."""
+        fitted = self.fitted
+        rows = featurize(table, fitted.featurizer, fitted.tokenizer, None, "read", **fitted.settings)
+        outputs = self.batches.outputs(rows)
+        windows = torch.cat([output[0] for output in outputs])
+        markers = torch.cat([output[1] for output in outputs])
+        return fitted.reader.decode_questions(windows, markers, len(table), fitted.context_builder(table))

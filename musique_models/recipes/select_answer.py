@@ -1,15 +1,21 @@
 """Select+Answer (Trivedi et al., 2022): a paragraph selector ranks every paragraph, then an answerer reads the top K.
 
-`model=select_answer` runs both stages in one command: fit the selector, rank the training and evaluation
-splits with it, fit the answerer on the selector's own top-K over the training set, predict the evaluation
-split. Each stage keeps its checkpoints and metrics in its own folder of the run; a trained selector can be
-reused with `model.selector_checkpoint=PATH`.
+`model=select_answer` runs both stages in one command: fit the selector, rank the training split with it, fit the
+answerer on the selector's own top-K over the training set; the trained pair then predicts the evaluation split
+(ranking it, then reading each question's top K). Each stage keeps its checkpoints and metrics in its own folder of
+the run; a trained selector can be reused with `model.selector_checkpoint=PATH`.
+
+`model=one_para` is the 1-Para baseline with the same code (Min et al., 2019; Chen & Durrett, 2019, as the MuSiQue
+paper uses it): the selector learns to rank highest the paragraphs that contain the answer
+(`selector_positives: answer`), the answerer reads only the top paragraph (K = 1), and that paragraph is the
+predicted support (`support: read`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -20,33 +26,36 @@ from omegaconf import DictConfig
 from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.answerer import featurize_answerer
-from musique_models.features.context import ContextBuilder
 from musique_models.features.end2end import featurize_end2end
-from musique_models.features.selector import featurize_selector
+from musique_models.features.selector import SELECTOR_POSITIVES, featurize_selector
 from musique_models.io import write_json
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
+from musique_models.models.decoding import DecodedQuestion
 from musique_models.models.end2end import End2EndReader
 from musique_models.models.selector import ParagraphSelector, RankingMetric, load_selector, rank_paragraphs
-from musique_models.recipes.base import RunContext
+from musique_models.recipes.base import RunContext, decoded_predictions
 from musique_models.recipes.reader import (
     YES_NO_MODES,
     FittedReader,
+    ReaderPredictor,
     fit_reader,
-    predict_reader,
     reader_kwargs,
     single_input_settings,
     yes_no_setup,
 )
 from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.training.inference import BatchPredictor
 from musique_models.training.loaders import BalancedNegatives
-from musique_models.training.stage import predict, run_stage
+from musique_models.training.stage import finished_checkpoint, run_stage
 
 log = logging.getLogger(__name__)
 
 # The selector's best checkpoint and early stopping follow its rank F1, as the official `+rank_f1`.
 SELECTOR_MONITOR = "val/rank_f1"
 ANSWERER_INPUTS = ("auto", "single", "windows")
+SUPPORT_SOURCES = ("answerer", "read")
+RANKING_FILE = "selector_ranking.json"
 
 
 @dataclass
@@ -60,6 +69,70 @@ class FittedSelectAnswer:
     answerer: FittedReader
 
 
+def pair_scores(selector: BatchPredictor, pairs: datasets.Dataset) -> dict[str, torch.Tensor]:
+    """The selector's output columns (example_row, paragraph_idx, score, label) over featurised pairs."""
+    outputs = selector.outputs(pairs)
+    return {key: torch.cat([output[key] for output in outputs]) for key in outputs[0]}
+
+
+def ranking_metrics(columns: dict[str, torch.Tensor], top_k: int) -> dict[str, float]:
+    """recall@K (K = 2, 3, 5, 7 and `top_k`) and rank F1 of the selector's scores against the pairs' labels."""
+    metric = RankingMetric(ks=sorted({2, 3, 5, 7, top_k}))
+    metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
+    return {name: float(value) for name, value in metric.compute().items()}
+
+
+class SelectAnswerPredictor:
+    """A trained selector and answerer, each placed once. `predict` ranks every paragraph of each row, the answerer
+    reads the top K; `support="read"` (1-Para) predicts the paragraph read as the support."""
+
+    def __init__(self, fitted: FittedSelectAnswer, cfg: DictConfig, batch_size: int, support: str = "answerer") -> None:
+        check_choice("model.support", support, SUPPORT_SOURCES)
+        self.fitted = fitted
+        self.support = support
+        self.selector = BatchPredictor(fitted.selector, fitted.selector_tokenizer, cfg, batch_size)
+        self.reader = ReaderPredictor(fitted.answerer, cfg, batch_size)
+        self.extra_metrics: dict[str, float] = {}
+
+    def score_paragraphs(self, table: datasets.Dataset) -> dict[str, torch.Tensor]:
+        """The selector's score of every (row, paragraph) pair of `table`, with the pairs' labels."""
+        fitted = self.fitted
+        pairs = featurize(
+            table, featurize_selector, fitted.selector_tokenizer, None, "rank", **fitted.selector_settings
+        )
+        return pair_scores(self.selector, pairs)
+
+    def select(self, table: datasets.Dataset) -> tuple[list[list[int]], dict[str, torch.Tensor]]:
+        """Each row's paragraph idx, best first (all of them), and the scored pairs."""
+        columns = self.score_paragraphs(table)
+        rankings = rank_paragraphs(
+            columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
+        )
+        return [rankings.get(row, []) for row in range(len(table))], columns
+
+    def answer(self, table: datasets.Dataset) -> list[DecodedQuestion]:
+        """Every row of `table` decoded from its top K (Step Execution's single-hop executor calls this per hop)."""
+        rankings, _ = self.select(table)
+        return self._read(table, rankings)
+
+    def _read(self, table: datasets.Dataset, rankings: list[list[int]]) -> list[DecodedQuestion]:
+        top_k = self.fitted.top_k
+        return self.reader.read(table.add_column("selected_idxs", [ranking[:top_k] for ranking in rankings]))
+
+    def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction]:
+        """Rank, read, decode; writes `selector_ranking.json` (every row's ranking; recall@K and rank F1 when the
+        table has labels) into `output_dir`."""
+        rankings, columns = self.select(table)
+        record: dict[str, Any] = {"top_k": self.fitted.top_k, "rankings": rankings}
+        if bool(columns["label"].any()):
+            record["metrics"] = ranking_metrics(columns, self.fitted.top_k)
+            log.info("selector on %d questions: %s", len(table), record["metrics"])
+        write_json(Path(output_dir) / RANKING_FILE, record)
+        decoded = self._read(table, rankings)
+        read = [ranking[:1] for ranking in rankings] if self.support == "read" else None
+        return decoded_predictions(table["id"], decoded, support=read)
+
+
 class SelectAnswer:
     """The two-stage recipe; see the module docstring. `selector` and `answerer` hold each stage's settings.
 
@@ -67,7 +140,9 @@ class SelectAnswer:
     clipped to `max_paragraph_tokens`, global attention on the question and the markers; the official answerer)
     when `answerer.input` is `single`, or `auto` and its backbone reads more than 512 positions (a Longformer);
     through overlapping windows of `max_length` tokens (`featurize_answerer`) otherwise. `yes_no`: `prefix`
-    (official) or `head`, see `yes_no_setup`.
+    (official) or `head`, see `yes_no_setup`. `selector_positives`: what the selector learns to rank highest,
+    `support` (the gold supporting paragraphs) or `answer` (those containing the answer: 1-Para); `support`: the
+    predicted support is the `answerer`'s, or the paragraph `read` (1-Para, K = 1).
     """
 
     def __init__(
@@ -79,9 +154,15 @@ class SelectAnswer:
         selector_checkpoint: str | None = None,
         eval_batch_size: int = 32,
         num_workers: int = 0,
+        selector_positives: str = "support",
+        support: str = "answerer",
         name: str = "select_answer",
     ) -> None:
+        check_choice("model.selector_positives", selector_positives, SELECTOR_POSITIVES)
+        check_choice("model.support", support, SUPPORT_SOURCES)
         self.name = name
+        self.selector_positives = selector_positives
+        self.support = support
         self.selector_cfg = selector
         self.answerer_cfg = answerer
         self.top_k = top_k
@@ -114,56 +195,66 @@ class SelectAnswer:
             train_subset=train_subset,
         )
 
-    def run(self, context: RunContext) -> list[Prediction]:
-        fitted, answerer_data, eval_table = self.fit(context)
-        return predict_reader(
-            fitted.answerer.reader, answerer_data, context, fitted.answerer.context_builder(eval_table)
-        )
+    def _selector_settings(self, backbone: BackboneSpec, tokenizer: Any) -> dict[str, Any]:
+        # the text's tokens; the special tokens come on top, within the backbone's positions
+        room = backbone.max_length - tokenizer.num_special_tokens_to_add(pair=False)
+        settings: dict[str, Any] = {"max_length": min(self.selector_cfg.max_length, room)}
+        if self.selector_positives != "support":
+            settings["positives"] = self.selector_positives
+        return settings
 
-    def fit(
-        self, context: RunContext, stage_prefix: str = ""
-    ) -> tuple[FittedSelectAnswer, QADataModule, datasets.Dataset]:
-        """Fit both stages (named `<stage_prefix>selector` and `<stage_prefix>answerer`) on `context`'s splits.
+    def _answerer_setup(self, cfg: DictConfig, backbone: BackboneSpec) -> tuple[Any, dict[str, Any], str]:
+        """(featuriser, its settings, context prefix) of the answerer under the run's config `cfg`."""
+        include_title = bool(cfg.dataset.get("include_title", False))
+        prefix, _ = yes_no_setup(cfg, self.yes_no)
+        if self._single_input(backbone):
+            return featurize_end2end, single_input_settings(self.answerer_cfg, backbone, include_title, prefix), prefix
+        settings = {
+            "max_length": min(self.answerer_cfg.max_length, backbone.max_length),
+            "stride": self.answerer_cfg.stride,
+            "include_title": include_title,
+            "prefix": prefix,
+        }
+        return featurize_answerer, settings, prefix
 
-        Returns the best selector and answerer with what featurises for them, the answerer's datamodule (its
-        evaluation rows: the evaluation split's top K by the selector) and the evaluation split with its
-        `selected_idxs`."""
+    def fit(self, context: RunContext, stage_prefix: str = "") -> SelectAnswerPredictor:
+        """Fit both stages (named `<stage_prefix>selector` and `<stage_prefix>answerer`) on `context`'s splits;
+        the best selector and answerer, placed for prediction."""
         cfg, run_dir = context.cfg, context.run_dir
         # a reused selector brings its own backbone (its tokenizer must featurise the pairs it scores)
         reused = load_selector(self.selector_checkpoint) if self.selector_checkpoint else None
         selector_backbone: BackboneSpec = reused.hparams.backbone if reused else instantiate(self.selector_cfg.backbone)
         answerer_backbone: BackboneSpec = instantiate(self.answerer_cfg.backbone)
-        tokenizer = load_tokenizer(selector_backbone)
+        selector_tokenizer = load_tokenizer(selector_backbone)
         cache = f"{cfg.paths.cache_dir}/features"
-        include_title = bool(cfg.dataset.get("include_title", False))
-        # the text's tokens; the special tokens come on top, within the backbone's positions
-        room = selector_backbone.max_length - tokenizer.num_special_tokens_to_add(pair=False)
-        selector_settings = {"max_length": min(self.selector_cfg.max_length, room)}
+        selector_settings = self._selector_settings(selector_backbone, selector_tokenizer)
         selector_stage = f"{stage_prefix}selector"
+        answerer_validates = bool(self.answerer_cfg.get("validate", True))
 
         # Stage 1: the selector, trained on balanced pairs (each question's gold paragraphs and as many negatives,
         # drawn afresh every epoch; a batch is `micro_batch_size` questions), validated on every paragraph.
-        train_pairs = featurize(
-            context.train, featurize_selector, tokenizer, cache, f"{selector_stage}-train", **selector_settings
-        )
-        eval_pairs = featurize(
-            context.evaluation, featurize_selector, tokenizer, cache, f"{selector_stage}-eval", **selector_settings
-        )
+        def pairs_of(table: datasets.Dataset, split: str) -> datasets.Dataset:
+            return featurize(
+                table, featurize_selector, selector_tokenizer, cache, f"{selector_stage}-{split}", **selector_settings
+            )
+
+        train_pairs = pairs_of(context.train, "train")
         if reused is not None:
             selector = reused
         else:
             selector = ParagraphSelector(
                 selector_backbone,
-                len(tokenizer),
+                len(selector_tokenizer),
                 top_k=self.top_k,
                 lr=self.selector_cfg.lr,
                 warmup_ratio=self.selector_cfg.warmup_ratio,
                 schedule=self.selector_cfg.get("schedule", "linear"),
                 rows_per_forward=self.selector_cfg.get("rows_per_forward"),
             )
+            eval_pairs = pairs_of(context.evaluation, "eval") if self.selector_cfg.get("validate", True) else None
             balanced = BalancedNegatives(train_pairs["label"], train_pairs["example_row"], cfg.seed)
             selector_data = self._datamodule(
-                self.selector_cfg, tokenizer, cfg.seed, train_pairs, eval_pairs, train_subset=balanced
+                self.selector_cfg, selector_tokenizer, cfg.seed, train_pairs, eval_pairs, train_subset=balanced
             )
             result = run_stage(
                 selector_stage,
@@ -177,82 +268,99 @@ class SelectAnswer:
             )
             selector = ParagraphSelector.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
 
-        # Rank every paragraph of both splits with the best selector (its test: recall@K on the evaluation split).
-        selected = {}
-        for split, pairs, table in (("train", train_pairs, context.train), ("eval", eval_pairs, context.evaluation)):
-            outputs = predict(
-                selector, self._datamodule(self.selector_cfg, tokenizer, cfg.seed, None, None, pairs), cfg
-            )
-            columns = {key: torch.cat([o[key] for o in outputs]) for key in outputs[0]}
-            rankings = rank_paragraphs(
-                columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
-            )
-            selected[split] = [rankings[row][: self.top_k] for row in range(len(table))]
-            ranking_metric = RankingMetric(ks=sorted({2, 3, 5, 7, self.top_k}))
-            ranking_metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
-            metrics = {name: float(value) for name, value in ranking_metric.compute().items()}
-            write_json(
-                run_dir / selector_stage / f"ranking_{split}.json",
-                {"top_k": self.top_k, "metrics": metrics, "rankings": [rankings[row] for row in range(len(table))]},
-            )
-            if split == "eval":
-                for logger in context.loggers:
-                    logger.log_metrics({f"{selector_stage}/test/{name}": value for name, value in metrics.items()})
-                log.info("%s on the evaluation split: %s", selector_stage, metrics)
-
-        # Stage 2: the answerer, on the selector's own top-K.
-        selector_tokenizer = tokenizer
-        if answerer_backbone != selector_backbone:
-            tokenizer = load_tokenizer(answerer_backbone)
-        train_table = context.train.add_column("selected_idxs", selected["train"])
-        eval_table = context.evaluation.add_column("selected_idxs", selected["eval"])
-        prefix, answer_type_head = yes_no_setup(cfg, self.yes_no)
-        heads = {
-            "answerability_head": context.has_unanswerable,
-            "answer_type_head": answer_type_head,
-            **reader_kwargs(self.answerer_cfg),
-        }
-        answerer: MultiParagraphAnswerer
-        if self._single_input(answerer_backbone):
-            featurizer: Any = featurize_end2end
-            answerer_settings = single_input_settings(self.answerer_cfg, answerer_backbone, include_title, prefix)
-            answerer = End2EndReader(
-                answerer_backbone,
-                len(tokenizer),
-                gradient_checkpointing=self.answerer_cfg.gradient_checkpointing,
-                **heads,
-            )
-        else:
-            featurizer = featurize_answerer
-            answerer_settings = {
-                "max_length": min(self.answerer_cfg.max_length, answerer_backbone.max_length),
-                "stride": self.answerer_cfg.stride,
-                "include_title": include_title,
-                "prefix": prefix,
-            }
-            answerer = MultiParagraphAnswerer(answerer_backbone, len(tokenizer), **heads)
-        answerer_stage = f"{stage_prefix}answerer"
-        train_rows = featurize(
-            train_table, featurizer, tokenizer, cache, f"{answerer_stage}-train", **answerer_settings
-        )
-        eval_rows = featurize(eval_table, featurizer, tokenizer, cache, f"{answerer_stage}-eval", **answerer_settings)
-        answerer_data = self._datamodule(self.answerer_cfg, tokenizer, cfg.seed, train_rows, eval_rows)
-        best = fit_reader(
-            answerer_stage,
-            answerer,
-            answerer_data,
-            context,
-            self.answerer_cfg,
-            ContextBuilder(eval_table, include_title, prefix),
+        # Stage 2: the answerer, trained on the selector's own top K over the training split (and validated on the
+        # evaluation split's, when it validates). The selector's test is recall@K on the training split here; on
+        # the evaluation split it is written when the evaluation split is predicted (`selector_ranking.json`).
+        featurizer, answerer_settings, prefix = self._answerer_setup(cfg, answerer_backbone)
+        answerer_tokenizer = (
+            selector_tokenizer if answerer_backbone == selector_backbone else load_tokenizer(answerer_backbone)
         )
         fitted = FittedSelectAnswer(
             selector=selector,
             selector_tokenizer=selector_tokenizer,
             selector_settings=selector_settings,
             top_k=self.top_k,
-            answerer=FittedReader(best, tokenizer, featurizer, answerer_settings, include_title, prefix),
+            answerer=FittedReader(
+                None, answerer_tokenizer, featurizer, answerer_settings, answerer_settings["include_title"], prefix
+            ),
         )
-        return fitted, answerer_data, eval_table
+        scorer = BatchPredictor(selector, selector_tokenizer, cfg, self.eval_batch_size)
+        selected = {}
+        for split, table, pairs in (("train", context.train, train_pairs), ("eval", context.evaluation, None)):
+            if split == "eval" and not answerer_validates:
+                continue
+            columns = pair_scores(scorer, pairs if pairs is not None else pairs_of(table, split))
+            rankings = rank_paragraphs(
+                columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
+            )
+            selected[split] = [rankings.get(row, [])[: self.top_k] for row in range(len(table))]
+            write_json(
+                run_dir / selector_stage / f"ranking_{split}.json",
+                {
+                    "top_k": self.top_k,
+                    "metrics": ranking_metrics(columns, self.top_k),
+                    "rankings": [rankings.get(row, []) for row in range(len(table))],
+                },
+            )
+        train_table = context.train.add_column("selected_idxs", selected["train"])
+        eval_table = context.evaluation.add_column("selected_idxs", selected["eval"]) if "eval" in selected else None
+        _, answer_type_head = yes_no_setup(cfg, self.yes_no)
+        heads = {
+            "answerability_head": context.has_unanswerable,
+            "answer_type_head": answer_type_head,
+            **reader_kwargs(self.answerer_cfg),
+        }
+        answerer: MultiParagraphAnswerer
+        if featurizer is featurize_end2end:
+            answerer = End2EndReader(
+                answerer_backbone,
+                len(answerer_tokenizer),
+                gradient_checkpointing=self.answerer_cfg.gradient_checkpointing,
+                **heads,
+            )
+        else:
+            answerer = MultiParagraphAnswerer(answerer_backbone, len(answerer_tokenizer), **heads)
+        answerer_stage = f"{stage_prefix}answerer"
+
+        def rows_of(table: datasets.Dataset, split: str) -> datasets.Dataset:
+            return featurize(
+                table, featurizer, answerer_tokenizer, cache, f"{answerer_stage}-{split}", **answerer_settings
+            )
+
+        answerer_data = self._datamodule(
+            self.answerer_cfg,
+            answerer_tokenizer,
+            cfg.seed,
+            rows_of(train_table, "train"),
+            rows_of(eval_table, "eval") if eval_table is not None else None,
+        )
+        context_of = fitted.answerer.context_builder(eval_table if eval_table is not None else context.evaluation)
+        best = fit_reader(answerer_stage, answerer, answerer_data, context, self.answerer_cfg, context_of)
+        fitted.answerer.reader = best
+        return SelectAnswerPredictor(fitted, cfg, self.eval_batch_size, self.support)
+
+    def load(self, cfg: DictConfig, run_dir: Path, stage_prefix: str = "") -> SelectAnswerPredictor:
+        """The best selector and answerer of the finished run in `run_dir` (`cfg`: its config); never trains. A
+        run that reused a selector (`selector_checkpoint`) loads that one again."""
+        selector_checkpoint = self.selector_checkpoint or finished_checkpoint(run_dir, f"{stage_prefix}selector")
+        selector = load_selector(selector_checkpoint)
+        answerer_path = finished_checkpoint(run_dir, f"{stage_prefix}answerer")
+        answerer_backbone: BackboneSpec = instantiate(self.answerer_cfg.backbone)
+        reader_class = End2EndReader if self._single_input(answerer_backbone) else MultiParagraphAnswerer
+        answerer = reader_class.load_from_checkpoint(answerer_path, map_location="cpu")
+        selector_tokenizer = load_tokenizer(selector.hparams.backbone)
+        answerer_tokenizer = load_tokenizer(answerer.hparams.backbone)
+        featurizer, answerer_settings, prefix = self._answerer_setup(cfg, answerer.hparams.backbone)
+        fitted = FittedSelectAnswer(
+            selector=selector,
+            selector_tokenizer=selector_tokenizer,
+            selector_settings=self._selector_settings(selector.hparams.backbone, selector_tokenizer),
+            top_k=self.top_k,
+            answerer=FittedReader(
+                answerer, answerer_tokenizer, featurizer, answerer_settings, answerer_settings["include_title"], prefix
+            ),
+        )
+        return SelectAnswerPredictor(fitted, cfg, self.eval_batch_size, self.support)
 
     def _single_input(self, backbone: BackboneSpec) -> bool:
         """Whether the answerer reads its top K as one input (see the class docstring)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,31 +29,27 @@ from pathlib import Path
 from typing import Protocol
 
 import datasets
-import torch
 from omegaconf import DictConfig
 
 from musique_models.data.schema import Example
 from musique_models.data.single_hop import fill_references, single_hop_table
-from musique_models.errors import check_choice
+from musique_models.errors import ConfigValueError, check_choice
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import Prediction
-from musique_models.features.selector import featurize_selector
 from musique_models.io import write_jsonl
 from musique_models.models.decoding import DecodedQuestion
-from musique_models.models.selector import rank_paragraphs
 from musique_models.recipes.base import RunContext
-from musique_models.recipes.decomposer import Decomposer, require_decompositions
-from musique_models.recipes.end2end import End2End, in_dataset_order
-from musique_models.recipes.reader import FittedReader
-from musique_models.recipes.select_answer import FittedSelectAnswer, SelectAnswer
-from musique_models.training.datamodule import featurize
-from musique_models.training.inference import BatchPredictor
+from musique_models.recipes.decomposer import Decomposer, DecomposerPredictor, require_decompositions
+from musique_models.recipes.end2end import End2End
+from musique_models.recipes.select_answer import SelectAnswer
 
 log = logging.getLogger(__name__)
 
 EXECUTORS = ("end2end", "select_answer")
 DECOMPOSITIONS = ("predicted", "gold")
 STEPS_FILE = "steps.jsonl"
+EXECUTOR_READER = "executor_reader"
+EXECUTOR_PREFIX = "executor_"
 
 
 @dataclass
@@ -69,54 +66,10 @@ class ExecutedStep:
 
 
 class SingleHopExecutor(Protocol):
-    """Answers a table of single-hop questions (schema rows: `question`, `paragraphs`), one per row."""
+    """Answers a table of single-hop questions (schema rows: `question`, `paragraphs`), one per row: the End2End
+    and Select+Answer predictors."""
 
     def answer(self, table: datasets.Dataset) -> list[DecodedQuestion]: ...
-
-
-class ReaderExecutor:
-    """A reader over every paragraph in dataset order (`executor=end2end`). The model is placed once."""
-
-    def __init__(self, fitted: FittedReader, cfg: DictConfig, batch_size: int) -> None:
-        self.fitted = fitted
-        self.predictor = BatchPredictor(fitted.reader, fitted.tokenizer, cfg, batch_size)
-
-    def answer(self, table: datasets.Dataset) -> list[DecodedQuestion]:
-        table = in_dataset_order(table)
-        rows = featurize(table, self.fitted.featurizer, self.fitted.tokenizer, None, "hop", **self.fitted.settings)
-        return decode_reader_outputs(self.fitted, self.predictor.outputs(rows), table)
-
-
-class SelectAnswerExecutor:
-    """A selector ranks each question's paragraphs, the answerer reads the top K (`executor=select_answer`). Both
-    models are placed once."""
-
-    def __init__(self, fitted: FittedSelectAnswer, cfg: DictConfig, batch_size: int) -> None:
-        self.fitted = fitted
-        self.selector = BatchPredictor(fitted.selector, fitted.selector_tokenizer, cfg, batch_size)
-        self.answerer = BatchPredictor(fitted.answerer.reader, fitted.answerer.tokenizer, cfg, batch_size)
-
-    def answer(self, table: datasets.Dataset) -> list[DecodedQuestion]:
-        fitted = self.fitted
-        pairs = featurize(table, featurize_selector, fitted.selector_tokenizer, None, "hop", **fitted.selector_settings)
-        outputs = self.selector.outputs(pairs)
-        columns = {
-            key: torch.cat([output[key] for output in outputs]) for key in ("example_row", "paragraph_idx", "score")
-        }
-        rankings = rank_paragraphs(
-            columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
-        )
-        table = table.add_column("selected_idxs", [rankings[row][: fitted.top_k] for row in range(len(table))])
-        answerer = fitted.answerer
-        rows = featurize(table, answerer.featurizer, answerer.tokenizer, None, "hop", **answerer.settings)
-        return decode_reader_outputs(answerer, self.answerer.outputs(rows), table)
-
-
-def decode_reader_outputs(fitted: FittedReader, outputs: list, table: datasets.Dataset) -> list[DecodedQuestion]:
-    """The decoded question of every row of `table` from a reader's prediction outputs."""
-    windows = torch.cat([output[0] for output in outputs])
-    markers = torch.cat([output[1] for output in outputs])
-    return fitted.reader.decode_questions(windows, markers, len(table), fitted.context_builder(table))
 
 
 def execute_steps(
@@ -169,13 +122,68 @@ def _quiet_datasets() -> Iterator[None]:
 
 def chain_prediction(question_id: str, steps: list[ExecutedStep]) -> Prediction:
     """The question's prediction from its executed steps: the last step's answer, the union of the steps'
-    paragraphs, answerable only if every step is."""
+    paragraphs, answerable only if every step is; its confidence is the chain's, the product of the steps'."""
     return Prediction(
         id=question_id,
         predicted_answer=steps[-1].answer if steps else "",
         predicted_support_idxs=sorted({step.paragraph for step in steps if step.paragraph is not None}),
         predicted_answerable=all(step.answerable for step in steps),
+        predicted_answer_confidence=math.prod(step.confidence for step in steps) if steps else 0.0,
     )
+
+
+class StepExecutionPredictor:
+    """A trained decomposer (None: execute the gold decompositions) and single-hop executor, placed once."""
+
+    def __init__(self, decomposer: DecomposerPredictor | None, executor: SingleHopExecutor) -> None:
+        self.decomposer = decomposer
+        self.executor = executor
+        self.extra_metrics: dict[str, float] = {}
+
+    def decompositions(self, table: datasets.Dataset, output_dir: Path) -> list[list[str]]:
+        """Each row's steps (`#k` references): the gold ones, or the decomposer's, whose invalid ones are counted in
+        `invalid_decompositions` and listed in the log. An empty decomposition executes the question itself."""
+        if self.decomposer is None:
+            if not any(table["decomposition"]):
+                raise ConfigValueError(
+                    "model.decomposition=gold needs gold decompositions, and these questions have none "
+                    "(an unlabelled split): use model.decomposition=predicted"
+                )
+            steps_by_id = {
+                question_id: [step["question"] for step in steps]
+                for question_id, steps in zip(table["id"], table["decomposition"])
+            }
+        else:
+            texts, parsed = self.decomposer.decompose(table, output_dir)
+            invalid = {key: decomposition.problems for key, decomposition in parsed.items() if decomposition.invalid}
+            self.extra_metrics["invalid_decompositions"] = float(len(invalid))
+            for question_id, problems in invalid.items():
+                log.warning(
+                    "invalid decomposition of %s (%s): %s", question_id, "; ".join(problems), texts[question_id]
+                )
+            log.info("%d of %d predicted decompositions are invalid", len(invalid), len(parsed))
+            steps_by_id = {
+                question_id: [step for step in decomposition.steps if step.strip()]
+                for question_id, decomposition in parsed.items()
+            }
+        return [steps_by_id[question_id] or [question] for question_id, question in zip(table["id"], table["question"])]
+
+    def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction]:
+        """Decompose, execute hop by hop, chain; writes `steps.jsonl` (and the decomposer's `decompositions.jsonl`)
+        into `output_dir`."""
+        self.extra_metrics = {}
+        templates = self.decompositions(table, output_dir)
+        log.info("executing %d questions hop by hop (%d hops at most)", len(templates), max(map(len, templates)))
+        executed = execute_steps(self.executor, table, templates)
+        write_jsonl(
+            Path(output_dir) / STEPS_FILE,
+            [
+                {"row": row, "id": question_id, **dataclasses.asdict(step)}
+                for row, (question_id, steps) in enumerate(zip(table["id"], executed))
+                for step in steps
+            ],
+        )
+        return [chain_prediction(question_id, steps) for question_id, steps in zip(table["id"], executed)]
 
 
 class StepExecution:
@@ -214,57 +222,13 @@ class StepExecution:
             selector, answerer, top_k, yes_no, selector_checkpoint, eval_batch_size, num_workers
         )
         self.eval_batch_size = eval_batch_size
-        self.extra_metrics: dict[str, float] = {}
 
-    def run(self, context: RunContext) -> list[Prediction]:
-        require_decompositions(context, self.name)
-        evaluation = context.evaluation
-        templates_by_id = self._decompositions(context)
-        templates = [
-            templates_by_id[question_id] or [question]
-            for question_id, question in zip(evaluation["id"], evaluation["question"])
-        ]
-        executor = self._fit_executor(context)
-        log.info("executing %d questions hop by hop (%d hops at most)", len(templates), max(map(len, templates)))
-        executed = execute_steps(executor, evaluation, templates)
-        write_jsonl(
-            Path(context.run_dir) / STEPS_FILE,
-            [
-                {"row": row, "id": question_id, **dataclasses.asdict(step)}
-                for row, (question_id, steps) in enumerate(zip(evaluation["id"], executed))
-                for step in steps
-            ],
-        )
-        return [chain_prediction(question_id, steps) for question_id, steps in zip(evaluation["id"], executed)]
-
-    def _decompositions(self, context: RunContext) -> dict[str, list[str]]:
-        """Each evaluation question's steps (`#k` references): the gold ones, or the decomposer's (trained here or
-        reused), whose invalid ones are counted in `invalid_decompositions` and listed in the log."""
-        evaluation = context.evaluation
-        if self.decomposition == "gold":
-            return {
-                question_id: [step["question"] for step in steps]
-                for question_id, steps in zip(evaluation["id"], evaluation["decomposition"])
-            }
-        fitted = self.decomposer.fit(context)
-        texts, parsed = self.decomposer.decompose(fitted, context)
-        invalid = {
-            question_id: decomposition.problems
-            for question_id, decomposition in parsed.items()
-            if decomposition.invalid
-        }
-        self.extra_metrics["invalid_decompositions"] = float(len(invalid))
-        for question_id, problems in invalid.items():
-            log.warning("invalid decomposition of %s (%s): %s", question_id, "; ".join(problems), texts[question_id])
-        log.info("%d of %d predicted decompositions are invalid", len(invalid), len(parsed))
-        return {
-            question_id: [step for step in decomposition.steps if step.strip()]
-            for question_id, decomposition in parsed.items()
-        }
-
-    def _fit_executor(self, context: RunContext) -> SingleHopExecutor:
-        """Train the single-hop executor on the single-hop questions of the gold decompositions (validated on those
-        of the evaluation split, unpaired) and place it for execution."""
+    def fit(self, context: RunContext) -> StepExecutionPredictor:
+        """Train (or reuse) the decomposer, then the single-hop executor on the single-hop questions of the gold
+        decompositions (validated on those of the evaluation split, unpaired)."""
+        decomposer = self.decomposer.fit(context) if self.decomposition == "predicted" else None
+        if decomposer is None:
+            require_decompositions(context, self.name)
         cache = f"{context.cfg.paths.cache_dir}/features"
         single_train = single_hop_table(context.train, cache)
         single_eval = single_hop_table(context.evaluation, cache)
@@ -276,7 +240,16 @@ class StepExecution:
             eval_paired=False,
         )
         if self.executor == "end2end":
-            reader, _, _ = self.end2end.fit(single_context, name="executor_reader")
-            return ReaderExecutor(reader, context.cfg, self.eval_batch_size)
-        fitted, _, _ = self.select_answer.fit(single_context, stage_prefix="executor_")
-        return SelectAnswerExecutor(fitted, context.cfg, self.eval_batch_size)
+            executor: SingleHopExecutor = self.end2end.fit(single_context, name=EXECUTOR_READER)
+        else:
+            executor = self.select_answer.fit(single_context, stage_prefix=EXECUTOR_PREFIX)
+        return StepExecutionPredictor(decomposer, executor)
+
+    def load(self, cfg: DictConfig, run_dir: Path) -> StepExecutionPredictor:
+        """The best decomposer and executor of the finished run in `run_dir`; never trains."""
+        decomposer = self.decomposer.load(cfg, run_dir) if self.decomposition == "predicted" else None
+        if self.executor == "end2end":
+            executor: SingleHopExecutor = self.end2end.load(cfg, run_dir, name=EXECUTOR_READER)
+        else:
+            executor = self.select_answer.load(cfg, run_dir, stage_prefix=EXECUTOR_PREFIX)
+        return StepExecutionPredictor(decomposer, executor)

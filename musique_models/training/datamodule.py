@@ -45,7 +45,9 @@ def featurize(
         "features": features or getattr(function, "output_features", None),
     }
     if cache_dir is None:
-        return table.map(function, keep_in_memory=True, load_from_cache_file=False, **common)
+        return table.map(
+            function, keep_in_memory=True, load_from_cache_file=False, desc=f"featurising {name}", **common
+        )
     key = json.dumps(
         {
             "input": table._fingerprint,
@@ -189,8 +191,9 @@ class QADataModule(pl.LightningDataModule):
             generator=self._generator(),
         )
 
-    def val_dataloader(self) -> DataLoader:
-        return self._ordered_loader(self.evaluation)
+    def val_dataloader(self) -> DataLoader | list:
+        # a stage that does not validate featurises no evaluation rows: no loader (Lightning then skips validation)
+        return self._ordered_loader(self.evaluation) if self.evaluation is not None else []
 
     def predict_dataloader(self) -> DataLoader:
         return self._ordered_loader(self.predict if self.predict is not None else self.evaluation)

@@ -1,4 +1,5 @@
-"""One training stage: build the Trainer from the configs, fit (or resume), keep the best weights, predict."""
+"""One training stage: build the Trainer from the configs, fit (or resume), keep the best weights; and find a
+finished stage's best weights again."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.loggers import Logger
 
+from musique_models.errors import MusiqueModelsError
 from musique_models.io import write_json
 from musique_models.training.loggers import StageLogger, stage_file_loggers
 
@@ -136,6 +138,26 @@ def finished_stage(run_dir: Path, name: str) -> dict[str, Any] | None:
     return record
 
 
+class StageNotFinishedError(MusiqueModelsError):
+    """A trained run lacks a finished stage, or its best checkpoint, that prediction needs."""
+
+
+def finished_checkpoint(run_dir: Path, name: str) -> str:
+    """The best checkpoint of stage `name` of the finished run in `run_dir`; `StageNotFinishedError` (one line)
+    when the stage never finished there or its checkpoint is gone."""
+    finished = finished_stage(Path(run_dir), name)
+    if finished is None:
+        raise StageNotFinishedError(
+            f"{run_dir} has no finished stage {name!r} ({Path(run_dir) / name / STAGE_FILE} is missing): the run did "
+            "not finish; resume it (train.py ckpt_path=last hydra.run.dir=RUN_DIR with its own arguments)"
+        )
+    if not Path(finished["best_checkpoint"]).exists():
+        raise StageNotFinishedError(
+            f"stage {name!r} of {run_dir}: its best checkpoint {finished['best_checkpoint']} is missing"
+        )
+    return finished["best_checkpoint"]
+
+
 def logged_steps_before(run_dir: Path, name: str) -> int:
     """Logger steps taken by the run's other finished stages: where stage `name`'s steps start."""
     return sum(
@@ -204,17 +226,3 @@ def run_stage(
         else:
             resume_point.unlink(missing_ok=True)
     return StageResult(best)
-
-
-def predict(module: pl.LightningModule, datamodule: pl.LightningDataModule, cfg: DictConfig) -> list[Any]:
-    """Run prediction in this process on one device (the loaders cover the whole split, so nothing is lost)."""
-    trainer_cfg = lightning_trainer_kwargs(cfg)
-    trainer = pl.Trainer(
-        accelerator=trainer_cfg.get("accelerator", "auto"),
-        devices=1,
-        precision=trainer_cfg.get("precision", "32-true"),
-        logger=False,
-        enable_progress_bar=bool(trainer_cfg.get("enable_progress_bar", True)),
-        enable_model_summary=False,
-    )
-    return trainer.predict(module, datamodule=datamodule)

@@ -93,7 +93,8 @@ def test_a_wrong_stage_checkpoint_is_refused_as_selector(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
-        (["eval_split=test"], "has no such split"),
+        (["eval_split=validation"], "has no such split"),
+        (["eval_split=test"], "unlabelled and cannot be scored"),
         (["eval_size=0"], "positive number"),
         (["trainer=gpu"], "no usable GPU"),
         (["ckpt_path=last"], "holds no run"),

@@ -84,13 +84,24 @@ def test_fast_dev_run_select_answer_on_every_sample(dataset: str, compose_train_
     metrics = json.loads((run / "metrics.json").read_text())
     rows_per_question = 2 if dataset == "musique_full" else 1
     assert len(predictions) == 10 * rows_per_question
-    assert set(predictions[0]) == {"id", "predicted_answer", "predicted_support_idxs", "predicted_answerable"}
+    assert set(predictions[0]) == {
+        "id",
+        "predicted_answer",
+        "predicted_support_idxs",
+        "predicted_answerable",
+        "predicted_answer_confidence",
+    }
+    # a span's probability (start x end), 0 only without a span
+    assert all(0.0 < p["predicted_answer_confidence"] <= 1.0 for p in predictions if p["predicted_answer"])
     assert 0.0 <= metrics["answer_f1"] <= 1.0 and ("group_answer_sufficiency_f1" in metrics) == (
         dataset == "musique_full"
     )
     assert (run / "selector" / "stage.json").exists() and (run / "answerer" / "stage.json").exists()
-    ranking = json.loads((run / "selector" / "ranking_eval.json").read_text())
-    assert len(ranking["rankings"]) == 10 * rows_per_question
+    ranking = json.loads((run / "selector_ranking.json").read_text())
+    assert len(ranking["rankings"]) == 10 * rows_per_question and 0.0 <= ranking["metrics"]["recall_at_7"] <= 1.0
+    # the answerer read each question's top K of that ranking: every predicted support paragraph is among them
+    for prediction, ranked in zip(predictions, ranking["rankings"]):
+        assert set(prediction["predicted_support_idxs"]) <= set(ranked[: ranking["top_k"]])
 
 
 def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:

@@ -1,0 +1,221 @@
+"""`python evaluate.py run=RUN_DIR ...`: predict with a finished run's best checkpoints (every stage of its recipe,
+never training), write the official prediction file and score it; `mode=dire` adds the DiRe probes.
+
+    python evaluate.py run=RUN_DIR                                 # the run's own evaluation split, scored
+    python evaluate.py run=RUN_DIR dataset=2wiki_20k dataset.sample=true split=dev   # another dataset's split
+    python evaluate.py run=RUN_DIR split=test                      # an unlabelled test set: the leaderboard file
+    python evaluate.py run=RUN_DIR mode=dire [partition=half]      # DiRe: the probes of the split, predicted
+
+Everything goes to `output` (default `RUN_DIR/evaluations/<dataset>-<split>[-dire-<partition>]/`):
+`predictions.jsonl` (official format, with `predicted_answer_confidence`), `metrics.json` and
+`metrics.per_question.jsonl` (not for an unlabelled split), the recipe's side files (`selector_ranking.json`,
+`decompositions.jsonl`, `steps.jsonl`), and with `mode=dire` the probe file in the dataset's own format
+(`probe.jsonl` / `probe.json`), `probe_predictions.jsonl` and the probe's side files under `probe/`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from musique_models.cli.train import (
+    CONFIG_FILE,
+    STATUS_FILE,
+    first_questions,
+    instantiate_recipe,
+    quiet_libraries,
+    set_threads,
+)
+from musique_models.data.features import FEATURES
+from musique_models.data.probe import check_partition, make_probes, write_probe_file
+from musique_models.data.schema import Example
+from musique_models.data.source import DatasetSource
+from musique_models.errors import MusiqueModelsError
+from musique_models.evaluation.evaluator import (
+    EvaluationReport,
+    dire_report,
+    evaluate_predictions,
+    metrics_table,
+    write_report,
+)
+from musique_models.evaluation.gold import gold_from_example
+from musique_models.evaluation.predictions import Prediction, ProbePrediction, read_predictions, write_predictions
+from musique_models.recipes.base import Predictor
+
+log = logging.getLogger(__name__)
+
+EVALUATIONS_FOLDER = "evaluations"
+
+
+class RunScoringError(MusiqueModelsError):
+    """A run folder that cannot be predicted with: not a finished run, or a split it cannot predict."""
+
+
+@dataclass
+class TrainedRun:
+    """A finished run: its folder, its own config and its recipe's predictor, loaded from the best checkpoints."""
+
+    run_dir: Path
+    cfg: DictConfig
+    predictor: Predictor
+
+
+def load_trained_run(run_dir: str | Path) -> TrainedRun:
+    """The finished run in `run_dir`, every stage's best checkpoint loaded (nothing trains); `RunScoringError` or
+    `StageNotFinishedError` (one line each) for a folder that holds no finished run."""
+    run_dir = Path(run_dir)
+    status_file, config_file = run_dir / STATUS_FILE, run_dir / CONFIG_FILE
+    if not status_file.exists() or not config_file.exists():
+        raise RunScoringError(f"run={run_dir}: not a train.py run folder (no {STATUS_FILE} and {CONFIG_FILE})")
+    status = json.loads(status_file.read_text()).get("status")
+    if status != "finished":
+        raise RunScoringError(
+            f"run={run_dir}: the run is {status}, not finished; resume it "
+            f"(python train.py ckpt_path=last hydra.run.dir={run_dir} with its own arguments), then predict"
+        )
+    cfg = OmegaConf.load(config_file)
+    if cfg.get("model") is None:
+        raise RunScoringError(f"run={run_dir}: the run trained no model (model=null)")
+    predictor = instantiate_recipe(cfg).load(cfg, run_dir)
+    return TrainedRun(run_dir, cfg, predictor)
+
+
+def prediction_split(cfg: DictConfig, run_cfg: DictConfig) -> tuple[DatasetSource, str, datasets.Dataset]:
+    """The dataset source, split name and table to predict: `dataset=`/`split=` when given, else the run's own
+    evaluation split (its first `eval_size` questions, as the run scored them)."""
+    own_dataset = cfg.get("dataset") is None
+    source: DatasetSource = instantiate(run_cfg.dataset if own_dataset else cfg.dataset)
+    split = cfg.get("split") or run_cfg.eval_split
+    if split not in source.splits:
+        raise RunScoringError(
+            f"split={split}: {source.name} has no such split here (choose one of {', '.join(source.splits)})"
+        )
+    table = source.load(split)
+    eval_size = cfg.get("eval_size")
+    if eval_size is None and own_dataset and split == run_cfg.eval_split:
+        eval_size = run_cfg.get("eval_size")
+    return source, split, first_questions(table, eval_size) if eval_size else table
+
+
+def default_output_dir(run_dir: Path, source: DatasetSource, split: str, mode: str, partition: str) -> Path:
+    """`RUN_DIR/evaluations/<dataset>-<split>[-dire-<partition>]`."""
+    name = f"{source.name}-{split}" + (f"-dire-{partition}" if mode == "dire" else "")
+    return run_dir / EVALUATIONS_FOLDER / name
+
+
+def score_run(cfg: DictConfig) -> dict[str, float]:
+    """Predict (and score, when labelled) a split with the run in `cfg.run`; see the module docstring. Returns the
+    metrics (empty for an unlabelled split)."""
+    quiet_libraries()
+    partition = check_partition(cfg.get("partition") or "half")
+    run = load_trained_run(cfg.run)
+    set_threads(cfg.get("threads") if cfg.get("threads") is not None else run.cfg.trainer.get("threads"))
+    source, split, table = prediction_split(cfg, run.cfg)
+    labelled = source.is_labelled(split)
+    if cfg.mode == "dire" and not labelled:
+        raise RunScoringError(f"mode=dire: {source.name} {split} is unlabelled; DiRe probes need supporting paragraphs")
+    output_dir = (
+        Path(cfg.output) if cfg.get("output") else default_output_dir(run.run_dir, source, split, cfg.mode, partition)
+    )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    console = Console()
+    title = f"{run.cfg.model_name} ({run.run_dir}) on {source.name} {split}"
+    console.print(f"predicting {source.name} {split} ({len(table)} rows) with {run.run_dir} -> {output_dir}")
+
+    predictions = run.predictor.predict(table, output_dir)
+    extra_metrics = dict(run.predictor.extra_metrics)  # before the probes are predicted (Step Execution's counts)
+    predictions_path = output_dir / "predictions.jsonl"
+    if predictions is not None:
+        write_predictions(predictions_path, predictions)
+    if not labelled:
+        check_prediction_ids(predictions_path, table)
+        (output_dir / "metrics.json").unlink(missing_ok=True)  # nothing is scored: no figures, never stale ones
+        console.print(
+            f"{source.name} {split} is unlabelled: NOT scored. The official prediction file ({len(table)} rows, "
+            f"in the test file's order, ids checked) is {predictions_path}"
+        )
+        return {}
+    golds = [gold_from_example(Example.from_dict(row), index) for index, row in enumerate(table)]
+    if predictions is None:  # the decomposer alone: its own scores
+        report = EvaluationReport({})
+    elif cfg.mode == "dire":
+        report = dire_scores(run.predictor, source, table, golds, predictions, output_dir, partition)
+    else:
+        report = evaluate_predictions(golds, predictions)
+    report.metrics.update(extra_metrics)
+    per_question = write_report(report, output_dir / "metrics.json")
+    console.print(metrics_table(report.metrics, title=title))
+    console.print(f"metrics: {output_dir / 'metrics.json'}\nper-question scores: {per_question}")
+    return report.metrics
+
+
+def check_prediction_ids(path: Path, table: datasets.Dataset) -> None:
+    """The written prediction file holds one row per row of `table`, with its id, in its order (what a leaderboard
+    checks); a mismatch names the first differing line."""
+    written = [prediction.id for _, prediction in read_predictions(path)]
+    expected = list(table["id"])
+    if written != expected:
+        line = next((i for i, (a, b) in enumerate(zip(written, expected), start=1) if a != b), len(expected) + 1)
+        raise RunScoringError(
+            f"{path}: line {line} does not match the test file ({len(written)} rows for {len(expected)})"
+        )
+
+
+def probe_table(examples: list[Example], partition: str) -> tuple[datasets.Dataset, list[tuple[str, int]]]:
+    """Both DiRe probes of every answerable example as one schema table, and each row's (question id, probe)."""
+    rows: list[dict[str, Any]] = []
+    keys: list[tuple[str, int]] = []
+    for example in examples:
+        if not example.answerable:
+            continue
+        for number, probe in enumerate(make_probes(example, partition)):
+            rows.append(probe.to_dict())
+            keys.append((example.id, number))
+    return datasets.Dataset.from_list(rows, features=FEATURES), keys
+
+
+def dire_scores(
+    predictor: Predictor,
+    source: DatasetSource,
+    table: datasets.Dataset,
+    golds: list,
+    predictions: list[Prediction],
+    output_dir: Path,
+    partition: str,
+) -> EvaluationReport:
+    """Predict both probes of every answerable question, write them beside the predictions and score DiRe
+    against the original predictions (`dire_report`: answer, support and joint DiRe, per hop)."""
+    examples = [Example.from_dict(row) for row in table]
+    probe_file = output_dir / ("probe.jsonl" if source.format == "musique" else "probe.json")
+    write_probe_file(examples, source.format, probe_file, partition)
+    probes, keys = probe_table(examples, partition)
+    probe_outputs = predictor.predict(probes, output_dir / "probe")
+    assert probe_outputs is not None
+    probe_predictions = [
+        ProbePrediction(
+            id=question_id,
+            probe=number,
+            predicted_answer=prediction.predicted_answer,
+            predicted_answer_confidence=confidence_of(prediction),
+            predicted_support_idxs=prediction.predicted_support_idxs,
+        )
+        for (question_id, number), prediction in zip(keys, probe_outputs, strict=True)
+    ]
+    probe_path = output_dir / "probe_predictions.jsonl"
+    write_predictions(probe_path, probe_predictions)
+    return dire_report(golds, predictions, list(enumerate(probe_predictions, start=1)), probe_path)
+
+
+def confidence_of(prediction: Prediction) -> float:
+    """The prediction's answer confidence, which DiRe needs to pick each probe's answer."""
+    if prediction.predicted_answer_confidence is None:
+        raise RunScoringError(f"prediction {prediction.id}: the recipe gave no predicted_answer_confidence")
+    return prediction.predicted_answer_confidence

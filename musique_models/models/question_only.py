@@ -1,0 +1,249 @@
+"""Q-only answerer: the paper's question-only artifact baseline. A seq2seq model generates the answer from the
+question ALONE (no paragraph reaches it); it never predicts support.
+
+Input: the question's tokens (`musique_models.features.question_only`). Target: the answer between the tokenizer's
+start and end tokens; the decoder reads target[:-1] and predicts target[1:], trained with token-averaged
+cross-entropy with label smoothing (the decomposer's loss). Unanswerable rows (MuSiQue-Full) have no target tokens
+(labels -100): the average runs over the batch's target tokens, and a batch without any gives 0 (the decoder stays
+in the graph, weighted by 0, so DDP sees a gradient for every parameter).
+
+Answerability (datasets with unanswerable questions, `answerability_head`): one logit from the encoder's last
+hidden states mean-pooled over the question's tokens (B, H) -> (B,), binary cross-entropy, answerable when
+p > 0.5. The head reads the states through a stop-gradient: a probe on the answer generator's encoder, which only
+the answers train. On MuSiQue-Full both twins have the same question, so nothing in a question tells answerability
+and the head's gradient into the encoder would only be noise; jointly trained, a tiny BART learning a separable
+labelling stopped memorising answers (4 answers, 60 steps: exact match 0.25-0.5 over 4 seeds; 1.0 in all 4 with
+the stop-gradient).
+
+Generation: greedy (`num_beams=1`) or beam search ranking beams by summed log-probability (length penalty 0), at
+most `max_answer_tokens` answer tokens plus the end token. Confidence of a generated answer: exp of the summed
+log-probabilities of its generated tokens, the end token included (the start token is given, not generated).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerFast
+from transformers.modeling_outputs import BaseModelOutput
+
+from musique_models.errors import MusiqueModelsError
+from musique_models.evaluation.evaluator import score_instance
+from musique_models.evaluation.gold import GoldInstance
+from musique_models.evaluation.metrics import aggregate
+from musique_models.evaluation.predictions import Prediction
+from musique_models.evaluation.torchmetric import MultihopQAMetric
+from musique_models.models.backbone import BackboneSpec, load_seq2seq, load_tokenizer, pool
+from musique_models.models.base import QAModule
+
+# An uncased WordPiece decode writes every punctuation mark as its own word ("land - grant", "6. 8", "hudson ' s",
+# "u. s."), which the answer metric (punctuation dropped, not spaced) scores as other words. These rules glue the
+# marks that sit inside a word in answers back on; on the shipped samples' 629 distinct gold answers they raise the
+# round-trip answer F1 (encode, decode, score against itself) of MiniLM's tokenizer from 0.922 to 0.977 (the rest is
+# accents, which the uncased tokenizer drops). A byte-level BPE decode (BART) is exact and left alone.
+_WORDPIECE_CLEANUP = (
+    (re.compile(r"(?<=\w) ([-/]) (?=\w)"), r"\1"),  # hyphenated words, a/b
+    (re.compile(r"(?<=\w) ' (?=(?:s|t|d|m|ll|re|ve)\b)"), "'"),  # hudson's, don't
+    (re.compile(r"(?<=\b\w) ' (?=\w)"), "'"),  # o'neil, d'arcy
+    (re.compile(r"(?<=\d)\. (?=\d)"), "."),  # 6.8
+    (re.compile(r"(?<=\d), (?=\d{3}(?!\d))"), ","),  # 3,000 (not "April 5, 1975")
+    (re.compile(r"(?<=\b\w)\. (?=\w\.)"), "."),  # u.s., a.p.j.
+)
+
+
+def clean_wordpiece_text(text: str) -> str:
+    """A WordPiece decode with the in-word punctuation glued back (see `_WORDPIECE_CLEANUP`)."""
+    for pattern, replacement in _WORDPIECE_CLEANUP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def decode_answers(tokenizer: PreTrainedTokenizerFast, ids: torch.Tensor | Sequence[Sequence[int]]) -> list[str]:
+    """The answer texts of generated id rows (special tokens and padding dropped; a WordPiece tokenizer's text
+    cleaned with `clean_wordpiece_text`)."""
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    if type(tokenizer.backend_tokenizer.model).__name__ == "WordPiece":
+        texts = [clean_wordpiece_text(text) for text in texts]
+    return [text.strip() for text in texts]
+
+
+class QuestionOnlyAnswerer(QAModule):
+    """Seq2seq answer generator reading the question alone, with an optional answerability head (see the module
+    docstring), on a `load_seq2seq` backbone.
+
+    The tokenizer is rebuilt from `backbone` on construction (`load_tokenizer`), so a checkpoint loads with
+    `QuestionOnlyAnswerer.load_from_checkpoint(path)` alone; `vocab_size` and `pad_token_id` (the tokenizer the
+    features were built with) are checked against it. For validation with the evaluator's metrics, set
+    `eval_golds` (the evaluation split's gold, row i = feature `example_row` i) and `eval_paired`.
+
+    Args:
+        backbone: the seq2seq backbone (bart_large, minilm_bert2bert, tiny_bart).
+        vocab_size: the tokenizer's size (with the paragraph marker).
+        pad_token_id: the tokenizer's padding id.
+        answerability_head: train and use the answerability head (datasets with unanswerable questions).
+        label_smoothing: of the training cross-entropy.
+        num_beams: beam size of generation (1: greedy).
+        max_answer_tokens: most answer tokens generated (the end token comes on top; the features' target clip).
+    """
+
+    def __init__(
+        self,
+        backbone: BackboneSpec,
+        vocab_size: int,
+        pad_token_id: int,
+        answerability_head: bool = False,
+        lr: float = 3e-5,
+        warmup_ratio: float = 0.1,
+        schedule: str = "linear",
+        weight_decay: float = 0.0,
+        label_smoothing: float = 0.1,
+        num_beams: int = 1,
+        max_answer_tokens: int = 30,
+    ) -> None:
+        super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, schedule=schedule)
+        self.save_hyperparameters()
+        self.tokenizer = load_tokenizer(backbone)
+        if (len(self.tokenizer), self.tokenizer.pad_token_id) != (vocab_size, pad_token_id):
+            raise MusiqueModelsError(
+                f"backbone {backbone.name!r}: its tokenizer has {len(self.tokenizer)} ids and pads with "
+                f"{self.tokenizer.pad_token_id}, not vocab_size={vocab_size}, pad_token_id={pad_token_id}: build the "
+                "features with load_tokenizer(backbone)"
+            )
+        self.model = load_seq2seq(backbone, vocab_size, self.tokenizer)
+        self.pad_token_id = pad_token_id
+        self.end_token_id = int(self.model.generation_config.eos_token_id)
+        hidden = self.model.get_encoder().config.hidden_size
+        # only when the data has unanswerable questions (DDP requires every parameter to receive a gradient)
+        self.answerable_head = nn.Linear(hidden, 1) if answerability_head else None
+        self.answerability_head = answerability_head
+        self.label_smoothing = label_smoothing
+        self.num_beams = num_beams
+        self.max_answer_tokens = max_answer_tokens
+        self.val_metric = MultihopQAMetric([])
+        # Set by the training pipeline: the evaluation split's gold, and whether its unanswerable rows come in twins.
+        self.eval_golds: Sequence[GoldInstance] = ()
+        self.eval_paired = True
+
+    def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The encoder's last hidden states (B, T, H) of the questions."""
+        return self.model.get_encoder()(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).last_hidden_state
+
+    def answerable_logit(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
+        """The answerability logit (B,) from the mean-pooled states (B, T, H), no gradient into the encoder; None
+        without the head."""
+        if self.answerable_head is None:
+            return None
+        return self.answerable_head(pool(hidden.detach(), attention_mask, "mean")).squeeze(-1)
+
+    def loss(self, batch: dict[str, torch.Tensor], hidden: torch.Tensor | None = None) -> torch.Tensor:
+        """Token-averaged, label-smoothed cross-entropy of predicting labels[1:] from labels[:-1] (0 without target
+        tokens), plus the answerability head's binary cross-entropy. `hidden`: the batch's encoder states, if
+        already computed."""
+        hidden = self.encode(batch) if hidden is None else hidden  # (B, T, H)
+        labels = batch["labels"]  # (B, L): start token, answer, end token, then -100; all -100 without a target
+        decoder_inputs = labels[:, :-1]  # (B, L-1)
+        # right padding: the causal mask keeps every target position off the padding, so no decoder mask is needed
+        logits = self.model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=decoder_inputs.masked_fill(decoder_inputs < 0, self.pad_token_id),
+            use_cache=False,
+        ).logits  # (B, L-1, V)
+        targets = labels[:, 1:].flatten()  # (B * (L-1),)
+        token_losses = nn.functional.cross_entropy(
+            logits.flatten(0, 1).float(),
+            targets,
+            ignore_index=-100,
+            label_smoothing=self.label_smoothing,
+            reduction="none",
+        )  # (B * (L-1),): 0 at ignored positions
+        loss = token_losses.sum() / (targets != -100).sum().clamp(min=1)
+        logit = self.answerable_logit(hidden, batch["attention_mask"])
+        if logit is not None:
+            loss = loss + nn.functional.binary_cross_entropy_with_logits(logit.float(), batch["answerable"].float())
+        return loss
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        return loss
+
+    def generate_answers(
+        self, batch: dict[str, torch.Tensor], hidden: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Generated `ids` (B, L) (start token first, padding after the end token), their `confidence` (B,) and
+        `answerable_prob` (B,) (1.0 without the head). The encoder runs once, on the question tokens alone."""
+        hidden = self.encode(batch) if hidden is None else hidden  # (B, T, H)
+        logit = self.answerable_logit(hidden, batch["attention_mask"])
+        answerable_prob = torch.sigmoid(logit.float()) if logit is not None else hidden.new_ones(len(hidden)).float()
+        beam_settings = {"early_stopping": True, "length_penalty": 0.0} if self.num_beams > 1 else {}
+        output = self.model.generate(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            # a fresh container: generation expands it in place for beams
+            encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
+            num_beams=self.num_beams,
+            max_new_tokens=self.max_answer_tokens + 1,
+            output_scores=True,
+            return_dict_in_generate=True,
+            **beam_settings,  # beams ranked by summed log-probability (length penalty 0)
+        )
+        ids = output.sequences  # (B, 1 + S)
+        if self.num_beams > 1:
+            summed = output.sequences_scores.float()  # (B,): summed log-probabilities (length penalty 0)
+        else:
+            generated = ids[:, 1:]  # (B, S): the start token is given, not generated
+            token_log_probs = torch.stack(
+                [  # each step's logits (B, V) -> the generated token's log-probability (B,)
+                    logits.float().log_softmax(dim=-1).gather(-1, generated[:, step, None]).squeeze(-1)
+                    for step, logits in enumerate(output.scores)
+                ],
+                dim=1,
+            )  # (B, S)
+            is_end = generated == self.end_token_id  # (B, S)
+            after_end = (torch.cumsum(is_end.long(), dim=1) - is_end.long()) > 0  # padding after the end token
+            summed = token_log_probs.masked_fill(after_end, 0.0).sum(dim=1)  # (B,)
+        # float64: exp of a long unlikely answer's log-probability (-300 for an untrained model) underflows float32
+        return {"ids": ids, "confidence": summed.double().exp(), "answerable_prob": answerable_prob}
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        hidden = self.encode(batch)
+        self.log("val/loss", self.loss(batch, hidden), sync_dist=True, batch_size=len(batch["input_ids"]))
+        if not self.eval_golds:
+            return
+        generated = self.generate_answers(batch, hidden)
+        self.val_metric.update(
+            batch["example_row"].tolist(),
+            decode_answers(self.tokenizer, generated["ids"]),
+            [[] for _ in range(len(hidden))],
+            (generated["answerable_prob"] > 0.5).tolist(),
+        )
+
+    def on_validation_epoch_start(self) -> None:
+        self.val_metric.golds = list(self.eval_golds)
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.eval_golds:
+            return
+        with self.val_metric.sync_context():  # every rank's rows: all ranks score the same
+            results = self.val_metric.instance_results()
+        self.val_metric.reset()
+        # rows a partial validation never reached (fast_dev_run, limit_val_batches) count as empty answers, so that
+        # MuSiQue-Full's twins stay paired
+        seen = {result.row for result in results}
+        results += [
+            score_instance(gold, Prediction(gold.id, "", [], True)) for gold in self.eval_golds if gold.row not in seen
+        ]
+        metrics = aggregate(sorted(results, key=lambda result: result.row), self.eval_paired)
+        for name, value in metrics.items():
+            if not name.startswith("count"):
+                # identical on every rank; sync_dist (a mean of equal values) says so to Lightning
+                self.log(f"val/{name}", value, prog_bar=name == "answer_f1", sync_dist=True)
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        return {"example_row": batch["example_row"], **self.generate_answers(batch)}

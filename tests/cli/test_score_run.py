@@ -1,0 +1,202 @@
+"""`evaluate.py run=RUN_DIR`: predicting with a finished run (never training), its exact reproduction of the run's
+own metrics, DiRe on every model family and dataset, the unlabelled test split, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from musique_models import PROJECT_ROOT
+from musique_models.cli.score_run import RunScoringError, score_run
+from musique_models.cli.train import train
+from musique_models.data.probe import support_groups
+from musique_models.data.readers import read_examples
+from musique_models.data.unlabelled import write_unlabelled
+from musique_models.evaluation.evaluator import evaluate_dire_files
+from musique_models.training.stage import StageNotFinishedError
+from tests.conftest import SAMPLES, run_python
+
+QUESTIONS = 6
+COMMON = [
+    "dataset.sample=true",
+    "dataset.train_size=6",
+    f"eval_size={QUESTIONS}",
+    "trainer.fast_dev_run=true",
+    "trainer.enable_progress_bar=false",
+    "trainer.threads=2",
+    "logger=none",
+]
+# (model, dataset, overrides): every model family that answers, each on another dataset, all tiny and random
+RUNS = {
+    "select_answer-musique_full": ["model=select_answer", "dataset=musique_full", "backbone=tiny"],
+    "one_para-hotpotqa_20k": ["model=one_para", "dataset=hotpotqa_20k", "backbone=tiny"],
+    "end2end-2wiki_20k": ["model=end2end", "dataset=2wiki_20k", "backbone=tiny_longformer"],
+    "c_only-musique_ans": ["model=c_only", "dataset=musique_ans", "backbone=tiny_longformer"],
+    "q_only-2wiki_20k": ["model=q_only", "dataset=2wiki_20k", "backbone@model.answerer.backbone=tiny_bart"],
+    "step_execution-musique_ans": [
+        "model=step_execution",
+        "dataset=musique_ans",
+        "backbone=tiny",
+        "backbone@model.decomposer.backbone=tiny_bart",
+        "model.decomposer.num_beams=1",
+        "model.decomposer.max_target_tokens=24",
+    ],
+}
+SAMPLE_DEV = {
+    "musique_ans": SAMPLES / "musique_ans" / "dev.jsonl",
+    "musique_full": SAMPLES / "musique_full" / "dev_derived.jsonl",
+    "hotpotqa_20k": SAMPLES / "hotpotqa" / "dev.json",
+    "2wiki_20k": SAMPLES / "2wiki" / "dev.json",
+}
+
+
+def compose_cfg(config: str, overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        return compose(config, overrides=overrides)
+
+
+def trained_run(tmp_path: Path, name: str) -> Path:
+    run = tmp_path / name
+    train(compose_cfg("train", [*RUNS[name], *COMMON, f"paths.cache_dir={tmp_path}/cache", f"paths.output_dir={run}"]))
+    return run
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished Select+Answer run on the MuSiQue-Full sample, shared by the tests that only read it."""
+    return trained_run(tmp_path_factory.mktemp("score_run"), "select_answer-musique_full")
+
+
+def evaluate_run(run: Path, *overrides: str) -> dict[str, float]:
+    return score_run(compose_cfg("evaluate", [f"run={run}", *overrides]))
+
+
+def gold_subset(dataset: str, count: int, output: Path) -> Path:
+    """The first `count` question ids of the dataset's dev sample, as a gold file in its own format."""
+    source = SAMPLE_DEV[dataset]
+    if source.suffix == ".jsonl":
+        lines = source.read_text().splitlines()
+        kept = list(dict.fromkeys(json.loads(line)["id"] for line in lines))[:count]
+        output.write_text("\n".join(line for line in lines if json.loads(line)["id"] in kept) + "\n")
+    else:
+        output.write_text(json.dumps(json.loads(source.read_text())[:count]))
+    return output
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_evaluate_run_reproduces_the_runs_metrics_and_scores_dire_as_the_evaluator(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = trained_run(tmp_path, name)
+    dataset = RUNS[name][1].split("=")[1]
+    stages = {path: path.stat().st_mtime_ns for path in run.rglob("*") if path.is_file()}
+    # nothing may fit: any Trainer.fit (every stage's training goes through it) fails the test
+    monkeypatch.setattr(pl.Trainer, "fit", lambda *args, **kwargs: pytest.fail("evaluate.py run= trained a stage"))
+
+    metrics = evaluate_run(run)
+    own = run / "evaluations" / f"{dataset}-dev"
+    # the same weights, features and decoding as the run's own prediction: identical files, identical figures
+    assert metrics == json.loads((run / "metrics.json").read_text())
+    assert (own / "metrics.json").read_text() == (run / "metrics.json").read_text()
+    assert (own / "predictions.jsonl").read_text() == (run / "predictions.jsonl").read_text()
+    assert all(path.stat().st_mtime_ns == mtime for path, mtime in stages.items())  # nothing of the run was touched
+
+    dire = evaluate_run(run, "mode=dire")
+    folder = run / "evaluations" / f"{dataset}-dev-dire-half"
+    assert {key: dire[key] for key in metrics} == metrics  # the originals, predicted again
+    probes = read_jsonl(folder / "probe_predictions.jsonl")
+    predictions = read_jsonl(folder / "predictions.jsonl")
+    answerable = [
+        p["id"] for p, g in zip(predictions, read_jsonl(own / "metrics.per_question.jsonl")) if g["answerable"]
+    ]
+    assert [(p["id"], p["probe"]) for p in probes] == [(i, k) for i in answerable for k in (0, 1)]
+    assert all(0.0 <= p["predicted_answer_confidence"] <= 1.0 for p in probes)
+    # each probe lacks its group's supporting paragraphs: no prediction may name one
+    written_probes = (
+        read_jsonl(folder / "probe.jsonl")
+        if (folder / "probe.jsonl").exists()
+        else json.loads((folder / "probe.json").read_text())
+    )
+    assert len(written_probes) == len(probes)
+    # the evaluator's own DiRe function on the written files gives the same numbers
+    gold = gold_subset(dataset, QUESTIONS, tmp_path / f"gold{SAMPLE_DEV[dataset].suffix}")
+    from_files = evaluate_dire_files(gold, folder / "predictions.jsonl", folder / "probe_predictions.jsonl")
+    assert {key: dire[key] for key in from_files.metrics} == from_files.metrics
+    assert dire["dire_count"] == len(answerable) > 0
+
+
+def test_probe_predictions_never_name_a_removed_paragraph(full_run: Path) -> None:
+    run = full_run
+    evaluate_run(run, "mode=dire", "partition=first_vs_rest")
+    folder = run / "evaluations" / "musique_full-dev-dire-first_vs_rest"
+    present = {
+        (record["id"], record["probe"]): {paragraph["idx"] for paragraph in record["paragraphs"]}
+        for record in read_jsonl(folder / "probe.jsonl")
+    }
+    for probe in read_jsonl(folder / "probe_predictions.jsonl"):
+        assert set(probe["predicted_support_idxs"]) <= present[(probe["id"], probe["probe"])]
+    # first_vs_rest: probe 0 lacks exactly the first supporting paragraph of the decomposition, probe 1 the rest
+    dev = {e.id: e for e in read_examples(SAMPLE_DEV["musique_full"], "musique", "musique_full") if e.answerable}
+    for (question_id, number), idxs in present.items():
+        first, rest = support_groups(dev[question_id], "first_vs_rest")
+        assert not set([first, rest][number]) & idxs and set([rest, first][number]) <= idxs
+
+
+def test_unlabelled_test_split_gives_the_leaderboard_file_unscored(full_run: Path, tmp_path: Path, capsys) -> None:
+    run = full_run
+    test_file = SAMPLES / "musique_full" / "test_unlabelled_derived.jsonl"
+    assert evaluate_run(run, "split=test") == {}
+    folder = run / "evaluations" / "musique_full-test"
+    predictions = read_jsonl(folder / "predictions.jsonl")
+    # every test row, in the file's order, both twins of each MuSiQue-Full id
+    assert [p["id"] for p in predictions] == [json.loads(line)["id"] for line in test_file.read_text().splitlines()]
+    assert all(len([q for q in predictions if q["id"] == p["id"]]) == 2 for p in predictions)
+    assert set(predictions[0]) >= {"id", "predicted_answer", "predicted_support_idxs", "predicted_answerable"}
+    assert not (folder / "metrics.json").exists()
+    assert "NOT scored" in " ".join(capsys.readouterr().out.split())
+    # the shipped unlabelled sample is the dev sample's first ids with the labels stripped, reproducibly
+    remade = tmp_path / "remade.jsonl"
+    write_unlabelled(SAMPLE_DEV["musique_full"], remade, count=10)
+    assert remade.read_text() == test_file.read_text()
+
+
+def test_predicting_another_datasets_split(full_run: Path) -> None:
+    run = full_run
+    metrics = evaluate_run(run, "dataset=2wiki_20k", "dataset.sample=true", "eval_size=3")
+    predictions = read_jsonl(run / "evaluations" / "2wiki_20k-dev" / "predictions.jsonl")
+    assert len(predictions) == 3 and metrics["count"] == 3.0
+    assert "group_answer_sufficiency_f1" not in metrics  # 2Wiki has no unanswerable twins
+
+
+def test_unfinished_runs_missing_stages_and_unknown_splits_are_refused(full_run: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(full_run, tmp_path / "run"))  # this test breaks the run: a copy
+    with pytest.raises(RunScoringError, match="no such split"):
+        evaluate_run(run, "split=validation")
+    stage_file = run / "answerer" / "stage.json"
+    stage_record = stage_file.read_text()
+    stage_file.unlink()
+    with pytest.raises(StageNotFinishedError, match="no finished stage 'answerer'"):
+        evaluate_run(run)
+    stage_file.write_text(stage_record)
+    best = run / json.loads(stage_record)["best_checkpoint"]
+    os.rename(best, best.with_suffix(".moved"))
+    with pytest.raises(StageNotFinishedError, match="best checkpoint .* is missing"):
+        evaluate_run(run)
+    os.rename(best.with_suffix(".moved"), best)
+    (run / "status.json").write_text(json.dumps({"status": "failed", "error": "killed"}))
+    result = run_python(["evaluate.py", f"run={run}"], timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "the run is failed, not finished" in result.stderr.strip().splitlines()[-1]
+    with pytest.raises(RunScoringError, match="not a train.py run folder"):
+        evaluate_run(tmp_path / "nothing-here")
