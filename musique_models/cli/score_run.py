@@ -19,7 +19,6 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import datasets
 from hydra.utils import instantiate
@@ -35,7 +34,7 @@ from musique_models.cli.train import (
     set_threads,
 )
 from musique_models.data.features import FEATURES
-from musique_models.data.probe import check_partition, make_probes, write_probe_file
+from musique_models.data.probe import check_partition, probe_instances, write_probe_file
 from musique_models.data.schema import Example
 from musique_models.data.source import DatasetSource
 from musique_models.errors import MusiqueModelsError
@@ -122,6 +121,8 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     labelled = source.is_labelled(split)
     if cfg.mode == "dire" and not labelled:
         raise RunScoringError(f"mode=dire: {source.name} {split} is unlabelled; DiRe probes need supporting paragraphs")
+    if cfg.mode == "dire" and run.cfg.model_name == "decomposer":
+        raise RunScoringError("mode=dire: the decomposer alone predicts no answers, so it has no DiRe scores")
     output_dir = (
         Path(cfg.output) if cfg.get("output") else default_output_dir(run.run_dir, source, split, cfg.mode, partition)
     )
@@ -136,6 +137,9 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     if predictions is not None:
         write_predictions(predictions_path, predictions)
     if not labelled:
+        if predictions is None:  # the decomposer alone
+            console.print(f"{source.name} {split} is unlabelled: NOT scored; decompositions in {output_dir}")
+            return {}
         check_prediction_ids(predictions_path, table)
         (output_dir / "metrics.json").unlink(missing_ok=True)  # nothing is scored: no figures, never stale ones
         console.print(
@@ -163,7 +167,10 @@ def check_prediction_ids(path: Path, table: datasets.Dataset) -> None:
     written = [prediction.id for _, prediction in read_predictions(path)]
     expected = list(table["id"])
     if written != expected:
-        line = next((i for i, (a, b) in enumerate(zip(written, expected), start=1) if a != b), len(expected) + 1)
+        line = next(
+            (i for i, (a, b) in enumerate(zip(written, expected), start=1) if a != b),
+            min(len(written), len(expected)) + 1,
+        )
         raise RunScoringError(
             f"{path}: line {line} does not match the test file ({len(written)} rows for {len(expected)})"
         )
@@ -171,15 +178,9 @@ def check_prediction_ids(path: Path, table: datasets.Dataset) -> None:
 
 def probe_table(examples: list[Example], partition: str) -> tuple[datasets.Dataset, list[tuple[str, int]]]:
     """Both DiRe probes of every answerable example as one schema table, and each row's (question id, probe)."""
-    rows: list[dict[str, Any]] = []
-    keys: list[tuple[str, int]] = []
-    for example in examples:
-        if not example.answerable:
-            continue
-        for number, probe in enumerate(make_probes(example, partition)):
-            rows.append(probe.to_dict())
-            keys.append((example.id, number))
-    return datasets.Dataset.from_list(rows, features=FEATURES), keys
+    pairs = list(probe_instances(examples, partition))
+    table = datasets.Dataset.from_list([probe.to_dict() for _, _, probe in pairs], features=FEATURES)
+    return table, [(example.id, number) for example, number, _ in pairs]
 
 
 def dire_scores(

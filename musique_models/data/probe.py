@@ -14,7 +14,7 @@ carries `probe` (0 or 1) and the original question's id. Only answerable questio
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -102,17 +102,22 @@ def _context_record(example: Example, probe: int, data_format: str) -> dict[str,
     return record
 
 
+def probe_instances(examples: Iterable[Example], partition: str = "half") -> Iterator[tuple[Example, int, Example]]:
+    """(original example, probe number 0 or 1, probe) for both probes of every answerable example, in order."""
+    for example in examples:
+        if example.answerable:
+            for number, probe in enumerate(make_probes(example, partition)):
+                yield example, number, probe
+
+
 def write_probe_file(examples: Sequence[Example], data_format: str, output: str | Path, partition: str = "half") -> int:
     """Write the probes of every answerable example in `data_format`'s own layout; returns the number of rows."""
     rows = []
-    for example in examples:
-        if not example.answerable:
-            continue
-        for number, probe in enumerate(make_probes(example, partition)):
-            if data_format == "musique":
-                rows.append(to_musique_record(probe, probe=number))
-            else:
-                rows.append(_context_record(probe, number, data_format))
+    for _, number, probe in probe_instances(examples, partition):
+        if data_format == "musique":
+            rows.append(to_musique_record(probe, probe=number))
+        else:
+            rows.append(_context_record(probe, number, data_format))
     if data_format == "musique":
         write_jsonl(output, rows)
     else:

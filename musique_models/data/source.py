@@ -223,7 +223,7 @@ class DatasetSource:
         hub_split = datasets.load_dataset(self.hub_path, split="validation" if split == "dev" else split)
         local = self.cache_dir / f"{self.name}-hub-{split}.jsonl"
         hub_split.to_json(str(local), lines=True, force_ascii=False)
-        return self._load_file(local)
+        return self._load_file(local, self.is_labelled(split))
 
 
 def write_arrow(examples: Iterable[Example], path: Path) -> None:

@@ -80,6 +80,14 @@ class ContextBuilder:
         return build_context(paragraphs, self.include_title, self.prefix)[0]
 
 
+def question_source(tokenizer: Any, questions: list[str], max_question_tokens: int) -> list[list[int]]:
+    """A seq2seq encoder's input ids of each question (the decomposer's, Q-only's): whitespace squeezed, at most
+    `max_question_tokens` text tokens, the tokenizer's special tokens on top."""
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    texts = [" ".join(question.split()) for question in questions]
+    return tokenizer(texts, truncation=True, max_length=max_question_tokens + specials)["input_ids"]
+
+
 def answer_type(answer: str) -> int:
     """0 for a span answer, 1 for yes, 2 for no (HotpotQA/2Wiki comparison questions)."""
     normalized = normalize_answer(answer)

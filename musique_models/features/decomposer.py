@@ -14,7 +14,7 @@ from typing import Any
 import datasets
 from transformers import PreTrainedTokenizerFast
 
-from musique_models.features.context import FeaturizationError
+from musique_models.features.context import FeaturizationError, question_source
 from musique_models.features.decomposition import DECOMPOSITION_TOKENS, decomposition_text
 
 DECOMPOSER_FEATURES = datasets.Features(
@@ -60,11 +60,25 @@ def featurize_decomposer(
                 f"{name} has no gold decomposition: the decomposer trains on datasets that have them (MuSiQue, 2Wiki)"
             )
         targets.append(decomposition_text([step["question"] for step in steps]))
-    questions = [" ".join(question.split()) for question in batch["question"]]
-    specials = tokenizer.num_special_tokens_to_add(pair=False)
-    sources = tokenizer(questions, truncation=True, max_length=max_source_tokens + specials)
     labels = tokenizer(targets, truncation=True, max_length=max_target_tokens)
-    return {"input_ids": sources["input_ids"], "labels": labels["input_ids"], "example_row": list(rows)}
+    return {
+        "input_ids": question_source(tokenizer, batch["question"], max_source_tokens),
+        "labels": labels["input_ids"],
+        "example_row": list(rows),
+    }
 
 
 featurize_decomposer.output_features = DECOMPOSER_FEATURES  # type: ignore[attr-defined]
+
+
+def featurize_decomposer_source(
+    batch: dict[str, list], rows: list[int], tokenizer: PreTrainedTokenizerFast, *, max_source_tokens: int, **_: Any
+) -> dict[str, Any]:
+    """What decomposing needs, for any question (with a gold decomposition or not: a test set, HotpotQA): the
+    source `input_ids` exactly as `featurize_decomposer` builds it, and `example_row`."""
+    return {"input_ids": question_source(tokenizer, batch["question"], max_source_tokens), "example_row": list(rows)}
+
+
+featurize_decomposer_source.output_features = datasets.Features(  # type: ignore[attr-defined]
+    {"input_ids": DECOMPOSER_FEATURES["input_ids"], "example_row": DECOMPOSER_FEATURES["example_row"]}
+)

@@ -16,6 +16,8 @@ from typing import Any
 import datasets
 from transformers import PreTrainedTokenizerFast
 
+from musique_models.features.context import question_source
+
 QUESTION_ONLY_FEATURES = datasets.Features(
     {
         "input_ids": datasets.List(datasets.Value("int32")),
@@ -29,16 +31,6 @@ QUESTION_ONLY_FEATURES = datasets.Features(
 NO_TARGET = [-100, -100]
 
 
-def question_only_source(
-    tokenizer: PreTrainedTokenizerFast, questions: list[str], max_question_tokens: int
-) -> list[list[int]]:
-    """The encoder's input ids of each question: whitespace squeezed, at most `max_question_tokens` text tokens,
-    the tokenizer's special tokens on top."""
-    specials = tokenizer.num_special_tokens_to_add(pair=False)
-    texts = [" ".join(question.split()) for question in questions]
-    return tokenizer(texts, truncation=True, max_length=max_question_tokens + specials)["input_ids"]
-
-
 def featurize_question_only(
     batch: dict[str, list],
     rows: list[int],
@@ -50,7 +42,7 @@ def featurize_question_only(
     """Batched `datasets.map` function over schema rows: `input_ids` and `attention_mask` (the question alone),
     `labels` (the answer with the start and end tokens, or `NO_TARGET` for an unanswerable row), `answerable`
     (0/1) and `example_row`. Reads only the `question`, `answer` and `answerable` columns."""
-    input_ids = question_only_source(tokenizer, batch["question"], max_question_tokens)
+    input_ids = question_source(tokenizer, batch["question"], max_question_tokens)
     specials = tokenizer.num_special_tokens_to_add(pair=False)
     answers = [" ".join(answer.split()) for answer in batch["answer"]]
     targets = tokenizer(answers, truncation=True, max_length=max_answer_tokens + specials)["input_ids"]

@@ -16,7 +16,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerFast
 
 from musique_models.errors import check_choice
-from musique_models.features.context import answer_offset
+from musique_models.evaluation.metrics import normalize_answer
 
 # What the official reader puts between the question and the paragraph (a plain word, not the tokenizer's [SEP]).
 QUESTION_SEPARATOR = " SEP "
@@ -24,14 +24,16 @@ SELECTOR_POSITIVES = ("support", "answer")
 
 
 def answer_paragraph_idxs(paragraphs: list[dict], answers: list[str]) -> list[int]:
-    """Idx of the paragraphs whose text contains the answer or one of its aliases (case-insensitive, as the readers
-    find answers: `answer_offset`), the positives of the 1-Para baseline's selector (Min et al., 2019; Chen &
-    Durrett, 2019). When no paragraph contains it (yes/no answers, paraphrased answers) the gold supporting
+    """Idx of the paragraphs that contain the answer or one of its aliases, the positives of the 1-Para baseline's
+    selector (Min et al., 2019; Chen & Durrett, 2019): the answer's words, SQuAD-normalised as the evaluator
+    normalises them, occur as whole words in a row in the paragraph's normalised text (so "2" is not in "1920" and
+    "US" not in "thus"). When no paragraph contains it (yes/no answers, paraphrased answers) the gold supporting
     paragraphs stand in, so that every answerable question keeps a positive."""
+    needles = [f" {normalized} " for normalized in map(normalize_answer, answers) if normalized]
     found = [
         paragraph["idx"]
         for paragraph in paragraphs
-        if any(answer_offset(answer, paragraph["text"]) is not None for answer in answers)
+        if any(needle in f" {normalize_answer(paragraph['text'])} " for needle in needles)
     ]
     return found or [paragraph["idx"] for paragraph in paragraphs if paragraph["is_supporting"]]
 

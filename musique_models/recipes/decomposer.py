@@ -20,8 +20,8 @@ import datasets
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from musique_models.errors import ConfigValueError
-from musique_models.features.decomposer import featurize_decomposer
+from musique_models.errors import ConfigValueError, MusiqueModelsError
+from musique_models.features.decomposer import featurize_decomposer, featurize_decomposer_source
 from musique_models.features.decomposition import ParsedDecomposition, decomposition_text, parse_decomposition
 from musique_models.io import write_jsonl
 from musique_models.models.backbone import BackboneSpec
@@ -67,7 +67,7 @@ class DecomposerPredictor:
     def generate(self, table: datasets.Dataset) -> list[str]:
         """The generated decomposition text of every row of `table` (beam search, `num_beams` of the module)."""
         tokenizer = self.fitted.tokenizer
-        rows = featurize(table, featurize_decomposer, tokenizer, None, "decompose", **self.fitted.settings)
+        rows = featurize(table, featurize_decomposer_source, tokenizer, None, "decompose", **self.fitted.settings)
         texts = [""] * len(table)
         for output in self.batches.outputs(rows):
             decoded = tokenizer.batch_decode(output["ids"], skip_special_tokens=True)
@@ -141,6 +141,8 @@ class Decomposer:
         return {"max_source_tokens": cfg.max_source_tokens, "max_target_tokens": cfg.max_target_tokens}
 
     def _reused(self, checkpoint: str, cfg: DictConfig) -> DecomposerPredictor:
+        if not Path(checkpoint).is_file():
+            raise MusiqueModelsError(f"decomposer checkpoint {checkpoint}: no such file")
         module = QuestionDecomposer.load_from_checkpoint(checkpoint, map_location="cpu")
         fitted = FittedDecomposer(module, load_decomposer_tokenizer(module.hparams.backbone), self._settings())
         return DecomposerPredictor(fitted, cfg, self.eval_batch_size)

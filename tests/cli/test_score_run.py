@@ -200,3 +200,53 @@ def test_unfinished_runs_missing_stages_and_unknown_splits_are_refused(full_run:
     assert "the run is failed, not finished" in result.stderr.strip().splitlines()[-1]
     with pytest.raises(RunScoringError, match="not a train.py run folder"):
         evaluate_run(tmp_path / "nothing-here")
+
+
+def test_step_execution_and_the_decomposer_alone_predict_an_unlabelled_test_set(tmp_path: Path, capsys) -> None:
+    # EX(EE) on MuSiQue-Full: the decomposer decomposes test questions that have no gold decomposition
+    execution = tmp_path / "execution"
+    train(
+        compose_cfg(
+            "train",
+            [
+                *RUNS["step_execution-musique_ans"],
+                "dataset=musique_full",
+                "executor=end2end",
+                "backbone=tiny_longformer",
+                *COMMON,
+                "eval_size=2",
+                f"paths.cache_dir={tmp_path}/cache",
+                f"paths.output_dir={execution}",
+            ],
+        )
+    )
+    assert evaluate_run(execution) == json.loads((execution / "metrics.json").read_text())
+    assert evaluate_run(execution, "split=test") == {}
+    folder = execution / "evaluations" / "musique_full-test"
+    test_ids = [json.loads(line)["id"] for line in (SAMPLES / "musique_full" / "test_unlabelled_derived.jsonl").open()]
+    assert [p["id"] for p in read_jsonl(folder / "predictions.jsonl")] == test_ids
+    assert [d["id"] for d in read_jsonl(folder / "decompositions.jsonl")] == list(dict.fromkeys(test_ids))
+    assert {s["id"] for s in read_jsonl(folder / "steps.jsonl")} == set(test_ids)
+    # the decomposer alone: its scores reproduced; a test set decomposed, not scored; no DiRe without answers
+    alone = tmp_path / "decomposer"
+    train(
+        compose_cfg(
+            "train",
+            [
+                "model=decomposer",
+                "dataset=2wiki_20k",
+                "backbone@model.decomposer.backbone=tiny_bart",
+                "model.decomposer.num_beams=1",
+                "model.decomposer.max_target_tokens=24",
+                *COMMON,
+                f"paths.cache_dir={tmp_path}/cache",
+                f"paths.output_dir={alone}",
+            ],
+        )
+    )
+    assert evaluate_run(alone) == json.loads((alone / "metrics.json").read_text())
+    assert evaluate_run(alone, "split=test") == {}
+    assert len(read_jsonl(alone / "evaluations" / "2wiki_20k-test" / "decompositions.jsonl")) == 20
+    assert not (alone / "evaluations" / "2wiki_20k-test" / "predictions.jsonl").exists()
+    with pytest.raises(RunScoringError, match="no DiRe"):
+        evaluate_run(alone, "mode=dire")

@@ -10,8 +10,9 @@ import pytest
 from hydra.utils import instantiate
 
 from musique_models.cli.train import train
+from musique_models.evaluation.metrics import normalize_answer
 from musique_models.features.context import YES_NO_PREFIX, build_context
-from musique_models.features.selector import featurize_selector
+from musique_models.features.selector import answer_paragraph_idxs, featurize_selector
 from musique_models.models.backbone import load_tokenizer
 from musique_models.recipes.select_answer import SelectAnswer
 from musique_models.training.datamodule import featurize
@@ -30,11 +31,17 @@ def raw_records(path: Path) -> list[dict]:
     return json.loads(text) if path.suffix == ".json" else [json.loads(line) for line in text.splitlines()]
 
 
+def contains_words(text: str, words: list[str]) -> bool:
+    tokens = normalize_answer(text).split()
+    return any(tokens[start : start + len(words)] == words for start in range(len(tokens) - len(words) + 1))
+
+
 def answer_paragraphs_from_raw(record: dict) -> set[int]:
-    """Written from the raw official layout, independently of the readers: the paragraphs whose text contains the
-    answer or an alias (case-insensitive), else the gold supporting ones."""
-    answers = [record["answer"], *record.get("answer_aliases", [])]
-    answers = [answer.strip().lower() for answer in answers if answer.strip()]
+    """Written from the raw official layout, independently of the readers and the featuriser: the paragraphs in
+    whose normalised words the normalised answer (or an alias) occurs as a run of whole words, else the gold
+    supporting ones."""
+    answers = [normalize_answer(a).split() for a in [record["answer"], *record.get("answer_aliases", [])]]
+    answers = [words for words in answers if words]
     if "paragraphs" in record:  # MuSiQue
         texts = {p["idx"]: p["paragraph_text"] for p in record["paragraphs"]}
         supporting = {p["idx"] for p in record["paragraphs"] if p["is_supporting"]}
@@ -42,8 +49,19 @@ def answer_paragraphs_from_raw(record: dict) -> set[int]:
         texts = {position: "".join(sentences) for position, (_, sentences) in enumerate(record["context"])}
         titles = {title for title, _ in record["supporting_facts"]}
         supporting = {position for position, (title, _) in enumerate(record["context"]) if title in titles}
-    found = {idx for idx, text in texts.items() if any(answer in text.lower() for answer in answers)}
+    found = {idx for idx, text in texts.items() if any(contains_words(text, words) for words in answers)}
     return found or supporting
+
+
+def test_containing_the_answer_means_whole_words() -> None:
+    paragraphs = [
+        {"idx": 0, "text": "Founded in 1920, thus the US...", "is_supporting": False},
+        {"idx": 1, "text": "He had 2 sons.", "is_supporting": False},
+        {"idx": 2, "text": "Nothing here.", "is_supporting": True},
+    ]
+    assert answer_paragraph_idxs(paragraphs, ["2"]) == [1]  # not "1920"
+    assert answer_paragraph_idxs(paragraphs, ["U.S."]) == [0]  # normalised "us", a whole word
+    assert answer_paragraph_idxs(paragraphs, ["yes"]) == [2]  # nowhere: the supporting paragraphs
 
 
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
