@@ -1,4 +1,4 @@
-"""The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- cli (entry points).
+"""The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- report <- cli (entry points).
 
 A module may import its own layer and the layers below it, never a layer above. `errors`, `io` and the package's
 `__init__` are the foundation every layer may use. Imports inside functions count too.
@@ -13,7 +13,7 @@ import pytest
 
 from musique_models import PROJECT_ROOT
 
-LAYERS = ["data", "evaluation", "features", "models", "training", "recipes", "cli"]
+LAYERS = ["data", "evaluation", "features", "models", "training", "recipes", "report", "cli"]
 FOUNDATION = {"musique_models", "musique_models.errors", "musique_models.io"}
 PACKAGE = PROJECT_ROOT / "musique_models"
 
