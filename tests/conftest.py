@@ -13,6 +13,7 @@ for _name, _value in {
     "WANDB_MODE": "offline",
     "HF_HOME": os.path.join(_RUN_TMP, "hf"),
     "WANDB_DIR": os.path.join(_RUN_TMP, "wandb"),
+    "WANDB_DATA_DIR": os.path.join(_RUN_TMP, "wandb-data"),  # artifact staging (else under the home folder)
 }.items():
     os.environ.setdefault(_name, _value)
 

@@ -27,7 +27,7 @@ from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import atomic_open, write_json
 from musique_models.recipes.base import Recipe, RunContext
-from musique_models.training.loggers import close_run_loggers, run_loggers
+from musique_models.training.loggers import close_run_loggers, log_run_results, run_loggers
 from musique_models.training.malloc import keep_freed_memory
 
 log = logging.getLogger(__name__)
@@ -224,6 +224,7 @@ def _run_recipe(
     write_json(output_dir / "metrics.json", metrics)
     for logger in loggers:
         logger.log_metrics({f"test/{key}": value for key, value in metrics.items()})
+    log_run_results(loggers, metrics, [output_dir / "predictions.jsonl", output_dir / "metrics.json"])
     close_run_loggers(loggers, "success")
     title = f"{cfg.model_name} on {source.name} {cfg.eval_split}"
     show(console, lambda target: target.print(metrics_table(metrics, title=title)))

@@ -5,7 +5,8 @@ File loggers (CSV, TensorBoard) are made per stage and write into the stage's fo
 or a user's) is made once per run and shared by its stages. Each stage logs through a `StageLogger`, which prefixes
 the stage's keys (`selector/train/loss`, `answerer/lr-AdamW/pg1`) and continues the step count where the previous
 stage stopped, so that one chart never mixes two stages and the step never goes back. The wandb run id is kept in
-the run folder, so that `ckpt_path=last` continues the same wandb run.
+the run folder, so that `ckpt_path=last` continues the same wandb run. At the end of a run, wandb also gets the
+per-hop metrics as a table and the run's predictions and metrics files as an artifact (`log_run_results`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import Logger, WandbLogger
 
 WANDB_ID_FILE = "wandb_run_id.txt"
+# The wandb summary key of the per-hop metrics table, and the type of the artifact holding a run's result files.
+PER_HOP_TABLE_KEY = "test/per_hop"
+RESULTS_ARTIFACT_TYPE = "predictions"
+HOP_SUFFIXES = {"all": "", "2hop": "_2hop", "3hop": "_3hop", "4hop": "_4hop"}
 
 
 FILE_LOGGERS = ("CSVLogger", "TensorBoardLogger")
@@ -56,6 +61,38 @@ def close_run_loggers(loggers: list[Logger], status: str) -> None:
         logger.finalize(status)
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger.experiment.finish(exit_code=0 if status == "success" else 1)
+
+
+def per_hop_rows(metrics: dict[str, float]) -> list[list[Any]]:
+    """One row per metric (the evaluator's keys without a hop suffix): its name, then its value over all questions
+    and over the 2-, 3- and 4-hop ones (None where the run has none), as `metrics_table` shows them."""
+    hop_suffixes = tuple(suffix for suffix in HOP_SUFFIXES.values() if suffix)
+    names = [name for name in metrics if not name.endswith(hop_suffixes)]
+    return [[name, *(metrics.get(name + suffix) for suffix in HOP_SUFFIXES.values())] for name in names]
+
+
+def log_run_results(loggers: list[Logger], metrics: dict[str, float], files: list[Path]) -> None:
+    """What each wandb logger gets at the end of a run, besides the final metrics that `log_metrics` already left in
+    the run's summary (`test/<metric>`): the per-hop metrics as a table (`test/per_hop`: metric, all, 2hop, 3hop,
+    4hop) and the existing `files` (predictions.jsonl, metrics.json) as an artifact of type `predictions` named
+    `predictions-<run id>`. Offline runs keep all of it in their folder (`wandb sync` uploads it). Other loggers
+    get nothing more."""
+    wandb_loggers = [logger for logger in loggers if isinstance(logger, WandbLogger)]
+    if not wandb_loggers:
+        return
+    import wandb
+
+    rows = per_hop_rows(metrics)
+    existing = [Path(path) for path in files if Path(path).is_file()]
+    for logger in wandb_loggers:
+        run = logger.experiment
+        if rows:
+            run.log({PER_HOP_TABLE_KEY: wandb.Table(columns=["metric", *HOP_SUFFIXES], data=rows)})
+        if existing:
+            artifact = wandb.Artifact(f"predictions-{run.id}", type=RESULTS_ARTIFACT_TYPE)
+            for path in existing:
+                artifact.add_file(str(path), name=path.name)
+            run.log_artifact(artifact)
 
 
 def stage_file_loggers(cfg: DictConfig, stage_dir: Path) -> list[Logger]:

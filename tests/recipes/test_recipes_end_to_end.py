@@ -296,34 +296,6 @@ def test_each_official_system_composes_to_exactly_the_official_values(system: st
             assert stage_cfg.gradient_checkpointing
 
 
-@pytest.mark.parametrize("system", list(OFFICIAL_SYSTEMS))
-def test_each_official_system_runs_with_tiny_backbones(system: str, compose_train_cfg, tmp_path: Path) -> None:
-    tiny = ["backbone=tiny_longformer"]
-    if system.startswith("sa_"):
-        tiny.append("backbone@model.selector.backbone=tiny")
-    cfg = compose_train_cfg(
-        [
-            f"experiment={system}",
-            "trainer=cpu",
-            *tiny,
-            "dataset.sample=true",
-            "dataset.train_size=4",
-            "eval_size=3",
-            "trainer.fast_dev_run=true",
-            "trainer.enable_progress_bar=false",
-            "logger=none",
-        ]
-    )
-    assert cfg.seed == 100 and cfg.model[
-        ("selector" if system.startswith("sa_") else "reader")
-    ].backbone.name.startswith("tiny")
-    train(cfg)
-    run = Path(cfg.paths.output_dir)
-    predictions = (run / "predictions.jsonl").read_text().splitlines()
-    assert len(predictions) == 3 * (2 if system.endswith("musique_full") else 1)
-    assert json.loads((run / "status.json").read_text())["status"] == "finished"
-
-
 @pytest.mark.parametrize("mode", ["prefix", "head"])
 def test_yes_no_answers_as_prefix_spans_or_with_the_answer_type_head(mode: str, compose_train_cfg) -> None:
     cfg = compose_train_cfg(["dataset=hotpotqa_20k", f"model.yes_no={mode}", "trainer.fast_dev_run=true", *TINY_RUN])

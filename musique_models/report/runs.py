@@ -1,0 +1,248 @@
+"""Finished runs as the report sees them: run folders (single runs and multirun jobs), offline wandb run folders,
+and online wandb runs, each mapped to one `RunRecord` (system, dataset, sample or not, seed, metrics)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from musique_models.errors import MusiqueModelsError
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.json"
+STATUS_FILE = "status.json"
+DIRE_METRICS_GLOB = "evaluations/*-dire-*/metrics.json"
+# model name in the run's config -> the paper's row; Step Execution depends on its executor
+SYSTEMS = {"end2end": "EE", "select_answer": "SA", "q_only": "Q-only", "c_only": "C-only", "one_para": "1-Para"}
+EXECUTION_SYSTEMS = {"end2end": "EX(EE)", "select_answer": "EX(SA)"}
+SYSTEM_ORDER = ("EE", "SA", "EX(EE)", "EX(SA)", "Q-only", "C-only", "1-Para")
+WANDB_METRIC_PREFIX = "test/"
+
+
+class ReportError(MusiqueModelsError):
+    """The report cannot be made as asked (no run found, a path that does not exist)."""
+
+
+@dataclass
+class RunRecord:
+    """One finished run: where it comes from, the paper row and dataset it belongs to, and its scores."""
+
+    source: str
+    system: str
+    dataset: str
+    sample: bool
+    seed: int | None
+    metrics: dict[str, float]
+    dire_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def system_name(config: Mapping[str, Any]) -> str | None:
+    """The paper's row of a run config (`EE`, `SA`, `EX(EE)`, ...), None for a model the paper's table lacks."""
+    model = config.get("model") or {}
+    model_name = config.get("model_name") or model.get("name")
+    if model_name == "step_execution":
+        return EXECUTION_SYSTEMS.get(model.get("executor") or config.get("executor") or "select_answer")
+    return SYSTEMS.get(model_name)
+
+
+def record_from_config(
+    source: str, config: Mapping[str, Any], metrics: Mapping[str, Any], dire_metrics: Mapping[str, Any] | None = None
+) -> RunRecord | None:
+    """A `RunRecord` from a resolved run config and its flat metrics; None when the model is no paper system."""
+    system = system_name(config)
+    dataset = (config.get("dataset") or {}).get("name")
+    if system is None or dataset is None:
+        return None
+    seed = config.get("seed")
+    return RunRecord(
+        source=source,
+        system=system,
+        dataset=str(dataset),
+        sample=bool((config.get("dataset") or {}).get("sample", False)),
+        seed=None if seed is None else int(seed),
+        metrics={key: float(value) for key, value in metrics.items() if isinstance(value, int | float)},
+        dire_metrics={
+            key: float(value) for key, value in (dire_metrics or {}).items() if isinstance(value, int | float)
+        },
+    )
+
+
+def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list[str]]:
+    """The finished runs under each path (searched recursively) and one warning line per skipped folder.
+
+    A run folder holds `config.yaml` and `metrics.json`, and its `status.json` says finished; an unfinished one is
+    skipped with a warning, as is a model that has no row in the paper's table (the decomposer alone)."""
+    records: list[RunRecord] = []
+    warnings: list[str] = []
+    for path in map(Path, paths):
+        if not path.exists():
+            raise ReportError(f"{path}: no such file or folder")
+        configs = [path / CONFIG_FILE] if (path / CONFIG_FILE).is_file() else []
+        configs += sorted(p for p in path.rglob(CONFIG_FILE) if p.parent != path)
+        for config_path in configs:
+            folder = config_path.parent
+            inner = folder.relative_to(path).parts
+            if ".hydra" in inner or "wandb" in inner or "files" in inner:
+                continue  # Hydra's own copy of the config, wandb's files
+            status = _read_json(folder / STATUS_FILE).get("status")
+            if status != "finished" or not (folder / METRICS_FILE).is_file():
+                warnings.append(f"skipped {folder}: not finished (status {status or 'missing'})")
+                continue
+            config = yaml.safe_load(config_path.read_text()) or {}
+            dire = {}
+            for dire_path in sorted(folder.glob(DIRE_METRICS_GLOB)):
+                dire.update(_read_json(dire_path))
+            record = record_from_config(str(folder), config, _read_json(folder / METRICS_FILE), dire)
+            if record is None:
+                warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the paper's table")
+                continue
+            records.append(record)
+    return records, warnings
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ReportError(f"{path}: not valid JSON ({error})") from None
+
+
+def metrics_from_wandb_summary(summary: Mapping[str, Any]) -> dict[str, float]:
+    """The run's final metrics from a wandb summary: the `test/<metric>` keys `train.py` logs, prefix removed."""
+    return {
+        key[len(WANDB_METRIC_PREFIX) :]: float(value)
+        for key, value in summary.items()
+        if key.startswith(WANDB_METRIC_PREFIX) and isinstance(value, int | float)
+    }
+
+
+def config_from_wandb(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A wandb run config as the run's own config: wandb's `{"value": ...}` wrappers and `_wandb` removed."""
+    plain = {}
+    for key, value in config.items():
+        if key.startswith("_wandb"):
+            continue
+        plain[key] = value["value"] if isinstance(value, dict) and set(value) <= {"value", "desc"} else value
+    return plain
+
+
+def record_from_wandb_run(run: Any) -> RunRecord | None:
+    """A `RunRecord` from a wandb API run (`.config`, `.summary`, `.state`, `.path`); None unless it finished
+    with test metrics and its model is a paper system."""
+    if getattr(run, "state", "finished") != "finished":
+        return None
+    metrics = metrics_from_wandb_summary(dict(run.summary))
+    if not metrics:
+        return None
+    path = getattr(run, "path", None)
+    source = "wandb:" + ("/".join(path) if isinstance(path, list | tuple) else str(path or getattr(run, "id", "?")))
+    return record_from_config(source, config_from_wandb(dict(run.config)), metrics)
+
+
+def find_wandb_online(project: str) -> tuple[list[RunRecord], list[str]]:
+    """The finished runs of a wandb project (`entity/project`), through the online API."""
+    import wandb
+
+    records, warnings = [], []
+    for run in wandb.Api().runs(project):
+        record = record_from_wandb_run(run)
+        if record is None:
+            warnings.append(f"skipped wandb run {getattr(run, 'name', run)}: not finished or no test metrics")
+        else:
+            records.append(record)
+    return records, warnings
+
+
+def find_wandb_offline(directory: str | Path) -> tuple[list[RunRecord], list[str]]:
+    """The finished runs among the offline wandb run folders (`offline-run-*`) under `directory`.
+
+    A folder's config and summary come from `files/config.yaml` and `files/wandb-summary.json` where wandb wrote
+    them (synced or older runs), else from the records of its `run-*.wandb` file, which is what an offline run
+    keeps until `wandb sync`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ReportError(f"--wandb-dir {directory}: no such folder")
+    records, warnings = [], []
+    for folder in sorted(p for p in directory.rglob("offline-run-*") if p.is_dir()):
+        config, summary, exit_code = _offline_run_contents(folder)
+        metrics = metrics_from_wandb_summary(summary)
+        if exit_code not in (0, None) or not metrics:
+            warnings.append(f"skipped {folder}: not finished (no test metrics)")
+            continue
+        record = record_from_config(str(folder), config_from_wandb(config), metrics)
+        if record is None:
+            warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the paper's table")
+        else:
+            records.append(record)
+    return records, warnings
+
+
+def _offline_run_contents(folder: Path) -> tuple[dict[str, Any], dict[str, Any], int | None]:
+    """(config, summary, exit code) of one offline wandb run folder."""
+    files = folder / "files"
+    if (files / "config.yaml").is_file() and (files / "wandb-summary.json").is_file():
+        config = yaml.safe_load((files / "config.yaml").read_text()) or {}
+        return config, _read_json(files / "wandb-summary.json"), None
+    config: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    exit_code = None
+    for log_file in sorted(folder.glob("run-*.wandb")):
+        from wandb.proto import wandb_internal_pb2
+
+        for data in read_wandb_log_records(log_file):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            if kind == "config":
+                for item in record.config.update:
+                    key = item.key or "/".join(item.nested_key)
+                    config[key] = json.loads(item.value_json)
+            elif kind == "summary":
+                for item in record.summary.update:
+                    key = item.key or "/".join(item.nested_key)
+                    summary[key] = json.loads(item.value_json)
+            elif kind == "exit":
+                exit_code = record.exit.exit_code
+    return config, summary, exit_code
+
+
+WANDB_LOG_HEADER = 7  # ":W&B", magic 0xBEE1, version 0
+WANDB_LOG_BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def read_wandb_log_records(path: str | Path) -> list[bytes]:
+    """The serialised records of a `.wandb` file (wandb's LevelDB-style log: 32 KiB blocks of records, each a
+    7-byte header of checksum, length and type; a record split across blocks comes as FIRST, MIDDLE..., LAST)."""
+    raw = Path(path).read_bytes()
+    if raw[:4] != b":W&B":
+        raise ReportError(f"{path}: not a wandb run file")
+    records: list[bytes] = []
+    pending = b""
+    position = WANDB_LOG_HEADER
+    while position + 7 <= len(raw):
+        left_in_block = WANDB_LOG_BLOCK - position % WANDB_LOG_BLOCK
+        if left_in_block < 7:  # the block's tail is padding
+            position += left_in_block
+            continue
+        _checksum, length, kind = struct.unpack("<IHB", raw[position : position + 7])
+        data = raw[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind == _FULL:
+            records.append(data)
+        elif kind == _FIRST:
+            pending = data
+        elif kind == _MIDDLE:
+            pending += data
+        elif kind == _LAST:
+            records.append(pending + data)
+            pending = b""
+    return records
