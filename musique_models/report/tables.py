@@ -208,7 +208,14 @@ def per_hop_markdown(groups: Sequence[RunGroup]) -> str:
     return "\n".join(lines)
 
 
-DIRE_PAIRS = [("answer_f1", "dire_answer_f1"), ("support_f1", "dire_support_f1"), ("answer_f1", "dire_joint_f1")]
+# (metric, whether it is a DiRe score): each original beside its DiRe score; joint DiRe has no original counterpart
+DIRE_ROWS = [
+    ("answer_f1", False),
+    ("dire_answer_f1", True),
+    ("support_f1", False),
+    ("dire_support_f1", True),
+    ("dire_joint_f1", True),
+]
 
 
 def dire_markdown(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str, str], float]) -> str:
@@ -222,10 +229,9 @@ def dire_markdown(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str,
         for group in with_dire:
             scored = RunGroup(group.system, group.dataset, group.sample, [r for r in group.runs if r.dire_metrics])
             label = f"{group.row_label}, {DATASET_LABELS.get(group.dataset, group.dataset)}"
-            for original, dire in DIRE_PAIRS:
-                for name, is_dire in ((original, False), (dire, True)):
-                    cells = [format_ours(scored.values(name + suffix, dire=is_dire)) for suffix in HOPS]
-                    lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
+            for name, is_dire in DIRE_ROWS:
+                cells = [format_ours(scored.values(name + suffix, dire=is_dire)) for suffix in HOPS]
+                lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
         lines.append("")
     figures = {dataset: value for (_, dataset, metric), value in paper.items() if metric == "DiRe-An"}
     if figures:

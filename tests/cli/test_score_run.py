@@ -23,7 +23,7 @@ from musique_models.evaluation.evaluator import evaluate_dire_files
 from musique_models.training.stage import StageNotFinishedError
 from tests.conftest import SAMPLES, run_python
 
-QUESTIONS = 6
+QUESTIONS = 4
 COMMON = [
     "dataset.sample=true",
     "dataset.train_size=6",
@@ -35,7 +35,6 @@ COMMON = [
 ]
 # (model, dataset, overrides): every model family that answers, each on another dataset, all tiny and random
 RUNS = {
-    "select_answer-musique_full": ["model=select_answer", "dataset=musique_full", "backbone=tiny"],
     "one_para-hotpotqa_20k": ["model=one_para", "dataset=hotpotqa_20k", "backbone=tiny"],
     "end2end-2wiki_20k": ["model=end2end", "dataset=2wiki_20k", "backbone=tiny_longformer"],
     "c_only-musique_ans": ["model=c_only", "dataset=musique_ans", "backbone=tiny_longformer"],
@@ -68,10 +67,16 @@ def trained_run(tmp_path: Path, name: str) -> Path:
     return run
 
 
+FULL_RUN = ["model=select_answer", "dataset=musique_full", "backbone=tiny"]
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One finished Select+Answer run on the MuSiQue-Full sample, shared by the tests that only read it."""
-    return trained_run(tmp_path_factory.mktemp("score_run"), "select_answer-musique_full")
+    tmp_path = tmp_path_factory.mktemp("score_run")
+    run = tmp_path / "full"
+    train(compose_cfg("train", [*FULL_RUN, *COMMON, f"paths.cache_dir={tmp_path}/cache", f"paths.output_dir={run}"]))
+    return run
 
 
 def evaluate_run(run: Path, *overrides: str) -> dict[str, float]:
@@ -94,51 +99,47 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("name", list(RUNS))
-def test_evaluate_run_reproduces_the_runs_metrics_and_scores_dire_as_the_evaluator(
-    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run = trained_run(tmp_path, name)
-    dataset = RUNS[name][1].split("=")[1]
-    stages = {path: path.stat().st_mtime_ns for path in run.rglob("*") if path.is_file()}
-    # nothing may fit: any Trainer.fit (every stage's training goes through it) fails the test
-    monkeypatch.setattr(pl.Trainer, "fit", lambda *args, **kwargs: pytest.fail("evaluate.py run= trained a stage"))
-
-    metrics = evaluate_run(run)
-    own = run / "evaluations" / f"{dataset}-dev"
-    # the same weights, features and decoding as the run's own prediction: identical files, identical figures
-    assert metrics == json.loads((run / "metrics.json").read_text())
-    assert (own / "metrics.json").read_text() == (run / "metrics.json").read_text()
-    assert (own / "predictions.jsonl").read_text() == (run / "predictions.jsonl").read_text()
-    assert all(path.stat().st_mtime_ns == mtime for path, mtime in stages.items())  # nothing of the run was touched
-
-    dire = evaluate_run(run, "mode=dire")
-    folder = run / "evaluations" / f"{dataset}-dev-dire-half"
-    assert {key: dire[key] for key in metrics} == metrics  # the originals, predicted again
+def check_against_the_run_and_the_evaluator(run: Path, dataset: str, partition: str, gold_folder: Path) -> None:
+    """`evaluate.py run=RUN mode=dire` on the run's own split: its predictions and standard metrics are the run's
+    own exactly (same weights, features, decoding), and its DiRe figures are what the evaluator's DiRe function
+    computes from the written files."""
+    dire = evaluate_run(run, "mode=dire", f"partition={partition}")
+    folder = run / "evaluations" / f"{dataset}-dev-dire-{partition}"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {key: dire[key] for key in metrics} == metrics
+    assert (folder / "predictions.jsonl").read_text() == (run / "predictions.jsonl").read_text()
     probes = read_jsonl(folder / "probe_predictions.jsonl")
-    predictions = read_jsonl(folder / "predictions.jsonl")
-    answerable = [
-        p["id"] for p, g in zip(predictions, read_jsonl(own / "metrics.per_question.jsonl")) if g["answerable"]
-    ]
+    per_question = read_jsonl(folder / "metrics.per_question.jsonl")
+    answerable = [row["id"] for row in per_question if row["answerable"]]
     assert [(p["id"], p["probe"]) for p in probes] == [(i, k) for i in answerable for k in (0, 1)]
     assert all(0.0 <= p["predicted_answer_confidence"] <= 1.0 for p in probes)
-    # each probe lacks its group's supporting paragraphs: no prediction may name one
     written_probes = (
         read_jsonl(folder / "probe.jsonl")
         if (folder / "probe.jsonl").exists()
         else json.loads((folder / "probe.json").read_text())
     )
     assert len(written_probes) == len(probes)
-    # the evaluator's own DiRe function on the written files gives the same numbers
-    gold = gold_subset(dataset, QUESTIONS, tmp_path / f"gold{SAMPLE_DEV[dataset].suffix}")
+    gold = gold_subset(dataset, QUESTIONS, gold_folder / f"gold{SAMPLE_DEV[dataset].suffix}")
     from_files = evaluate_dire_files(gold, folder / "predictions.jsonl", folder / "probe_predictions.jsonl")
     assert {key: dire[key] for key in from_files.metrics} == from_files.metrics
-    assert dire["dire_count"] == len(answerable) > 0
+    assert dire["dire_count"] == len(set(answerable)) > 0
 
 
-def test_probe_predictions_never_name_a_removed_paragraph(full_run: Path) -> None:
+@pytest.mark.parametrize("name", list(RUNS))
+def test_evaluate_run_reproduces_the_runs_metrics_and_scores_dire_as_the_evaluator(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = trained_run(tmp_path, name)
+    stages = {path: path.stat().st_mtime_ns for path in run.rglob("*") if path.is_file()}
+    # nothing may fit: any Trainer.fit (every stage's training goes through it) fails the test
+    monkeypatch.setattr(pl.Trainer, "fit", lambda *args, **kwargs: pytest.fail("evaluate.py run= trained a stage"))
+    check_against_the_run_and_the_evaluator(run, RUNS[name][1].split("=")[1], "half", tmp_path)
+    assert all(path.stat().st_mtime_ns == mtime for path, mtime in stages.items())  # nothing of the run was touched
+
+
+def test_probe_predictions_never_name_a_removed_paragraph(full_run: Path, tmp_path: Path) -> None:
     run = full_run
-    evaluate_run(run, "mode=dire", "partition=first_vs_rest")
+    check_against_the_run_and_the_evaluator(run, "musique_full", "first_vs_rest", tmp_path)
     folder = run / "evaluations" / "musique_full-dev-dire-first_vs_rest"
     present = {
         (record["id"], record["probe"]): {paragraph["idx"] for paragraph in record["paragraphs"]}

@@ -34,14 +34,14 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
         cache_dir=str(tmp_path),
         sample_files={"train": str(SAMPLES / "musique_ans/train.json"), "dev": str(SAMPLES / "musique_ans/dev.jsonl")},
     )
-    settings = {"max_length": 128}
+    settings = {"max_length": 96}
     train = featurize(source.load("train"), featurize_selector, tokenizer, tmp_path, "train", **settings)
-    dev = featurize(source.load("dev").select(range(80)), featurize_selector, tokenizer, tmp_path, "dev", **settings)
+    dev = featurize(source.load("dev").select(range(40)), featurize_selector, tokenizer, tmp_path, "dev", **settings)
     pl.seed_everything(0)
     selector = ParagraphSelector(backbone, len(tokenizer), top_k=K, lr=backbone.learning_rate)
     trainer = pl.Trainer(
         accelerator="cpu",
-        max_epochs=2,
+        max_epochs=1,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -65,7 +65,7 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
     metric = RankingMetric(ks=[K])
     metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
     recall = float(metric.compute()[f"recall_at_{K}"])
-    # a random ranking puts each gold paragraph in the top K with probability K / 20 = 0.35
+    # a random ranking puts each gold paragraph in the top K with probability K / 20 = 0.35 (measured here: 0.59)
     assert recall > K / PARAGRAPHS + 0.1, recall
 
 
