@@ -135,6 +135,32 @@ def test_table_cells_match_the_runs_and_the_paper(runs_root: Path, tmp_path: Pat
     assert struct.unpack(">II", png[16:24]) == (1200, 500)
 
 
+def test_dire_md_sets_each_dire_score_beside_its_original(runs_root: Path, tmp_path: Path) -> None:
+    from musique_models.cli.score_run import score_run
+
+    run = runs_root / "multi" / "0"
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        score_run(compose("evaluate", overrides=[f"run={run}", "mode=dire", "threads=1"]))
+    scored = json.loads((run / "evaluations" / "hotpotqa_20k-dev-dire-half" / "metrics.json").read_text())
+    out = run_report(tmp_path, str(runs_root / "multi"))
+    rows = [
+        row
+        for row in parse_markdown_table((out / "dire.md").read_text())
+        if row["run group"] == "SA [sample], HotpotQA"
+    ]
+    assert [row["metric"] for row in rows] == [
+        "answer_f1",
+        "dire_answer_f1",
+        "support_f1",
+        "dire_support_f1",
+        "dire_joint_f1",
+    ]
+    for row in rows:
+        for column, suffix in (("all", ""), ("2hop", "_2hop"), ("3hop", "_3hop"), ("4hop", "_4hop")):
+            value = scored.get(row["metric"] + suffix)
+            assert row[column] == ("–" if value is None else f"{100 * value:.1f}"), (row["metric"], column)
+
+
 def test_unfinished_runs_are_skipped_with_a_warning(runs_root: Path, tmp_path: Path, capsys) -> None:
     run_report(tmp_path, str(runs_root / "multi"))
     err = capsys.readouterr().err
