@@ -72,6 +72,15 @@ def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
             handle.write(b"\n")
 
 
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's content (hex), read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def code_fingerprint(*modules: str) -> str:
     """A short sha256 of the source code of the named modules (a package counts with every module in it).
 

@@ -86,7 +86,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         report = evaluate_files(cfg.predictions, cfg.gold, data_format, paired)
     output = Path(cfg.output) if cfg.output else default_output(cfg.predictions)
     per_question = write_report(report, output, cfg.per_question_output)
-    console = Console()
-    console.print(metrics_table(report.metrics, title=f"{cfg.predictions} vs {cfg.gold}"))
-    console.print(f"metrics: {output}\nper-question scores: {per_question}")
+    # plain prints: paths are never wrapped, whatever the terminal's width (they are copied into commands)
+    print(f"{cfg.predictions} scored against {cfg.gold}")
+    Console().print(metrics_table(report.metrics, title=f"{cfg.mode} metrics"))
+    print(f"metrics: {output}\nper-question scores: {per_question}")
     return report.metrics

@@ -74,12 +74,13 @@ def load_trained_run(run_dir: str | Path) -> TrainedRun:
     status_file, config_file = run_dir / STATUS_FILE, run_dir / CONFIG_FILE
     if not status_file.exists() or not config_file.exists():
         raise RunScoringError(f"run={run_dir}: not a train.py run folder (no {STATUS_FILE} and {CONFIG_FILE})")
-    status = json.loads(status_file.read_text()).get("status")
+    record = json.loads(status_file.read_text())
+    status = record.get("status")
     if status != "finished":
-        raise RunScoringError(
-            f"run={run_dir}: the run is {status}, not finished; resume it "
-            f"(python train.py ckpt_path=last hydra.run.dir={run_dir} with its own arguments), then predict"
+        command = record.get("resume_command") or (
+            f"python train.py ckpt_path=last hydra.run.dir={run_dir} with its own arguments"
         )
+        raise RunScoringError(f"run={run_dir}: the run is {status}, not finished; resume it ({command}), then predict")
     cfg = OmegaConf.load(config_file)
     if cfg.get("model") is None:
         raise RunScoringError(f"run={run_dir}: the run trained no model (model=null)")
@@ -127,9 +128,8 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
         Path(cfg.output) if cfg.get("output") else default_output_dir(run.run_dir, source, split, cfg.mode, partition)
     )
     output_dir.mkdir(parents=True, exist_ok=True)
-    console = Console()
-    title = f"{run.cfg.model_name} ({run.run_dir}) on {source.name} {split}"
-    console.print(f"predicting {source.name} {split} ({len(table)} rows) with {run.run_dir} -> {output_dir}")
+    # plain prints: paths are never wrapped, whatever the terminal's width (they are copied into commands)
+    print(f"predicting {source.name} {split} ({len(table)} rows) with {run.run_dir} -> {output_dir}", flush=True)
 
     predictions = run.predictor.predict(table, output_dir)
     extra_metrics = dict(run.predictor.extra_metrics)  # before the probes are predicted (Step Execution's counts)
@@ -138,11 +138,11 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
         write_predictions(predictions_path, predictions)
     if not labelled:
         if predictions is None:  # the decomposer alone
-            console.print(f"{source.name} {split} is unlabelled: NOT scored; decompositions in {output_dir}")
+            print(f"{source.name} {split} is unlabelled: NOT scored; decompositions in {output_dir}")
             return {}
         check_prediction_ids(predictions_path, table)
         (output_dir / "metrics.json").unlink(missing_ok=True)  # nothing is scored: no figures, never stale ones
-        console.print(
+        print(
             f"{source.name} {split} is unlabelled: NOT scored. The official prediction file ({len(table)} rows, "
             f"in the test file's order, ids checked) is {predictions_path}"
         )
@@ -156,8 +156,8 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
         report = evaluate_predictions(golds, predictions)
     report.metrics.update(extra_metrics)
     per_question = write_report(report, output_dir / "metrics.json")
-    console.print(metrics_table(report.metrics, title=title))
-    console.print(f"metrics: {output_dir / 'metrics.json'}\nper-question scores: {per_question}")
+    Console().print(metrics_table(report.metrics, title=f"{run.cfg.model_name} on {source.name} {split}"))
+    print(f"metrics: {output_dir / 'metrics.json'}\nper-question scores: {per_question}")
     return report.metrics
 
 

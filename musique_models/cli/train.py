@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import re
+import shlex
+import shutil
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -14,14 +18,16 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from musique_models import PROJECT_ROOT
 from musique_models.data.schema import Example
 from musique_models.data.source import DatasetSource
 from musique_models.data.summary import print_summary
-from musique_models.errors import MusiqueModelsError
+from musique_models.errors import MusiqueModelsError, user_error_message
 from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
@@ -29,26 +35,20 @@ from musique_models.io import atomic_open, write_json
 from musique_models.recipes.base import Recipe, RunContext
 from musique_models.training.loggers import close_run_loggers, log_run_results, run_loggers
 from musique_models.training.malloc import keep_freed_memory
+from musique_models.training.provenance import PROVENANCE_FILE, flatten_config, is_result_neutral, run_provenance
+from musique_models.training.resume import (
+    RESUME_FILE,
+    STOP,
+    RunInterrupted,
+    describe_resume_point,
+    requeue_slurm_job,
+)
+from musique_models.training.stage import STAGE_FILE
 
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
 CONFIG_FILE = "config.yaml"
-# Keys that may differ between a run and its resumption (`ckpt_path=last`): where files are, how progress is shown
-# and logged, when resume points are written. Everything else (data, model, optimisation, the best-checkpoint and
-# early-stopping callbacks) must match.
-RESUME_SAFE_KEYS = (
-    "ckpt_path",
-    "paths",
-    "callbacks",
-    "logger",
-    "trainer.enable_progress_bar",
-    "trainer.threads",
-    "model.num_workers",
-    "model.eval_batch_size",
-)
-# ... except these, which decide what a stage keeps and when it stops.
-RESUME_CHECKED_KEYS = ("callbacks.model_checkpoint", "callbacks.early_stopping")
 
 
 class RunConfigError(MusiqueModelsError):
@@ -65,37 +65,135 @@ def run_dir(cfg: DictConfig) -> Path:
 def train(cfg: DictConfig) -> float | None:
     """Load the dataset, train the configured recipe, predict the evaluation split and score it.
 
-    Writes into the run folder `config.yaml`, `status.json` (running / finished / failed, with the error),
-    `predictions.jsonl` (official format) and `metrics.json` (the evaluator's keys); returns
-    `cfg.optimized_metric` for Hydra sweepers (None when no model is configured).
+    Writes into the run folder `config.yaml`, `provenance.json`, `status.json` (running / finished / failed with
+    the error / interrupted with the command that resumes it), `predictions.jsonl` (official format) and
+    `metrics.json` (the evaluator's keys); returns `cfg.optimized_metric` for Hydra sweepers (None when no model is
+    configured). A run refused before it starts, or stopped by a user error before any stage trained, removes the
+    folder Hydra made for it; a refusal never touches the status of a run that is already in the folder.
     """
     output_dir = run_dir(cfg)
-    console = Console()
-    console.print(f"run folder: {output_dir}")
-    write_to_log_file(f"run folder: {output_dir}")
+    made_for_this_run = is_made_for_this_run(output_dir)
     try:
         check_run_config(cfg, output_dir)
-    except RunConfigError as error:
-        log.error("refused: %s", error)
-        if not (output_dir / CONFIG_FILE).exists():  # never overwrite the status of the run that is there
-            write_json(output_dir / STATUS_FILE, {"status": "refused", "error": str(error)})
+    except RunConfigError:
+        if made_for_this_run:
+            shutil.rmtree(output_dir, ignore_errors=True)
         raise
+    print(f"run folder: {output_dir}", flush=True)  # never wrapped: it is copied into commands
+    write_to_log_file(f"run folder: {output_dir}")
     write_json(output_dir / STATUS_FILE, {"status": "running", "pid": os.getpid()})
     try:
-        result = _train(cfg, output_dir, console)
+        with STOP.handling(slurm="SLURM_JOB_ID" in os.environ):
+            result = _train(cfg, output_dir, Console())
     except BaseException as error:
+        if is_interruption(error):
+            raise interrupted(output_dir) from None
+        user_error = user_error_message(error) is not None
+        if user_error and made_for_this_run and not has_trained(output_dir):
+            shutil.rmtree(output_dir, ignore_errors=True)
+            raise
         message = f"{type(error).__name__}: {error}"
-        log.error("run failed: %s", message)
+        if isinstance(error, RunConfigError):  # a resume refused once its data were read: the run stays as it was
+            raise
+        if user_error:  # printed once, as one line, by the entry point
+            write_to_log_file(f"run failed: {message}", logging.ERROR)
+        else:
+            log.error("run failed: %s", message)
         write_json(output_dir / STATUS_FILE, {"status": "failed", "error": message})
         raise
     write_json(output_dir / STATUS_FILE, {"status": "finished"})
     return result
 
 
+# What Hydra writes into a run's folder before the run starts: its config copies and the log file.
+HYDRA_FILES = {".hydra", "train.log"}
+
+
+def is_made_for_this_run(output_dir: Path) -> bool:
+    """Whether `output_dir` holds nothing but what Hydra wrote for this run (so it may be removed if the run stops
+    before it does anything): never a folder holding another run or a user's files."""
+    return not output_dir.exists() or set(os.listdir(output_dir)) <= HYDRA_FILES
+
+
+def has_trained(output_dir: Path) -> bool:
+    """Whether any stage of the run in `output_dir` started training (it has checkpoints or a stage record)."""
+    return any(output_dir.glob("*/checkpoints")) or any(output_dir.glob(f"*/{STAGE_FILE}"))
+
+
+def is_interruption(error: BaseException) -> bool:
+    """Whether the run stopped because it was asked to: a `RunInterrupted` in the error's chain, or, after a stop
+    signal, Lightning's own exit on a signal (`KeyboardInterrupt`, `SystemExit`)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RunInterrupted):
+            return True
+        current = current.__cause__ or current.__context__
+    return STOP.requested and isinstance(error, KeyboardInterrupt | SystemExit)
+
+
+def interrupted(output_dir: Path) -> SystemExit:
+    """Record the stopped run as `interrupted` with its resume point and the command that resumes it, print both,
+    requeue the job when SLURM asked (its time-limit or pre-emption signal), and give the exit to raise
+    (128 + the signal's number, as a shell reports a process stopped by a signal)."""
+    command = resume_command(output_dir)
+    record: dict[str, Any] = {"status": "interrupted", "signal": STOP.signal_name, "resume_command": command}
+    points = sorted(output_dir.glob(f"*/checkpoints/{RESUME_FILE}"), key=lambda path: path.stat().st_mtime_ns)
+    if points:
+        record["resume_point"] = str(points[-1].relative_to(output_dir))
+    if STOP.requeue:
+        launcher = callable(STOP.previous.get(STOP.signum))
+        record["requeue"] = "asked of the launcher's own handler" if launcher else "scontrol requeue"
+    write_json(output_dir / STATUS_FILE, record)
+    where = "none: every finished stage is kept, the stage that was running starts afresh"
+    if points:
+        try:
+            where = f"{points[-1]}, {describe_resume_point(points[-1])}"
+        except Exception as error:  # the status is written; a point that cannot be read is only not described
+            where = f"{points[-1]} (not readable: {error})"
+    log.warning("run interrupted (%s). Resume point: %s", STOP.signal_name, where)
+    print(f"resume it with:\n  {command}", file=sys.stderr, flush=True)
+    if STOP.requeue:
+        requeue_slurm_job(STOP.signum, STOP.previous.get(STOP.signum))
+    return SystemExit(128 + int(STOP.signum or 0))
+
+
+def resume_command(output_dir: Path) -> str:
+    """The exact command that resumes the run in `output_dir`: the run's own overrides (a multirun job's, as a
+    single run), its folder and `ckpt_path=last`, from the folder it was started in. The folder is quoted for
+    Hydra's override grammar (a path may hold `=`, `,`, brackets) and the whole for the shell."""
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        overrides = [o for o in hydra_cfg.overrides.task if o.split("=", 1)[0].lstrip("+~") != "ckpt_path"]
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            overrides.append("hydra.mode=RUN")
+        cwd = hydra_cfg.runtime.cwd
+    else:  # called from Python, not through train.py: the overrides are not known here
+        overrides, cwd = ["<the run's overrides>"], os.getcwd()
+    folder = str(output_dir.resolve()).replace("'", "\\'")  # in Hydra's quoted values only quotes are escaped
+    arguments = [
+        sys.executable,
+        str(PROJECT_ROOT / "train.py"),
+        *overrides,
+        f"hydra.run.dir='{folder}'",
+        "ckpt_path=last",
+    ]
+    return f"cd {shlex.quote(cwd)} && {shlex.join(arguments)}"
+
+
 def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
     """Refuse, before anything is loaded, what cannot be done as asked: a resume of another run's config, a new
-    run over a finished one, an unknown evaluation split, `eval_size` <= 0, a GPU trainer without a GPU."""
+    run over a finished one, an unknown evaluation split, `eval_size` <= 0, a GPU trainer without a GPU. A SLURM
+    job that was requeued (`SLURM_RESTART_COUNT` > 0) and finds its run in its folder resumes it
+    (`ckpt_path=last`)."""
     saved = output_dir / CONFIG_FILE
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    if cfg.get("ckpt_path") is None and saved.exists() and restarts > 0:
+        log.info(
+            "SLURM job %s restarted (%d): resuming the run in %s", os.environ.get("SLURM_JOB_ID"), restarts, output_dir
+        )
+        cfg.ckpt_path = "last"
     if cfg.get("ckpt_path") not in (None, "last"):
         raise RunConfigError(
             f"ckpt_path={cfg.ckpt_path}: ckpt_path takes `last` (resume the run in hydra.run.dir); "
@@ -142,30 +240,19 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
 
 
 def config_differences(saved: DictConfig, current: DictConfig) -> list[str]:
-    """Keys whose resolved values differ between a saved run config and `current`, leaving out the resume-safe
-    keys. `current` is resolved with the saved run's `paths`, so a moved run folder (or repository) still resumes
-    while a changed data file (`dataset.files.train=...`) is caught."""
-    saved_values = _flatten(OmegaConf.to_container(saved, resolve=False))
+    """Keys whose resolved values differ between a saved run config and `current`, leaving out the settings that
+    never change what a run computes (`is_result_neutral`: a resume may change them). `current` is resolved with
+    the saved run's `paths`, so a moved run folder (or repository) still resumes while a changed data file
+    (`dataset.files.train=...`) is caught."""
+    saved_values = flatten_config(OmegaConf.to_container(saved, resolve=False))
     probe = OmegaConf.to_container(current, resolve=False)
     probe["paths"] = OmegaConf.to_container(saved, resolve=False).get("paths", probe.get("paths"))
-    current_values = _flatten(OmegaConf.to_container(OmegaConf.create(probe), resolve=True))
-    differing = []
-    for key in sorted(set(current_values) | set(saved_values)):
-        checked = any(key == kept or key.startswith(f"{kept}.") for kept in RESUME_CHECKED_KEYS)
-        if not checked and any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS):
-            continue
-        if current_values.get(key, "<absent>") != saved_values.get(key, "<absent>"):
-            differing.append(key)
-    return differing
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}{key}."))
-        return flat or {prefix.rstrip("."): {}}
-    return {prefix.rstrip("."): value}
+    current_values = flatten_config(OmegaConf.to_container(OmegaConf.create(probe), resolve=True))
+    return [
+        key
+        for key in sorted(set(current_values) | set(saved_values))
+        if not is_result_neutral(key) and current_values.get(key, "<absent>") != saved_values.get(key, "<absent>")
+    ]
 
 
 def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
@@ -180,13 +267,14 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
     splits = {split: source.load(split, run_dir=output_dir) for split in dict.fromkeys(["train", cfg.eval_split])}
     if cfg.get("eval_size"):
         splits[cfg.eval_split] = first_questions(splits[cfg.eval_split], cfg.eval_size)
+    provenance = record_provenance(output_dir, source)
     show(console, lambda target: print_summary(source, splits, target))
     if cfg.get("model") is None:
         log.warning(
             "No model is configured (~model): nothing was trained. Choose one with model=<name> (see conf/model/)."
         )
         return None
-    loggers = run_loggers(cfg, output_dir)
+    loggers = run_loggers(cfg, output_dir, provenance)
     try:
         return _run_recipe(cfg, output_dir, console, source, splits, loggers)
     except BaseException:
@@ -235,6 +323,30 @@ def _run_recipe(
     return metrics.get(cfg.optimized_metric)
 
 
+def record_provenance(output_dir: Path, source: DatasetSource) -> dict[str, Any]:
+    """Write the run's `provenance.json` (code, library versions, the data files read, the machine, the overrides)
+    when the run starts; a resumed run keeps it and appends the resuming attempt's code, versions and machine to
+    its `resumptions`, and is refused (`RunConfigError`) when a data file's content changed since the run started.
+    Returns the run's provenance."""
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    current = run_provenance(source.read_files, source.sample, overrides)
+    path = output_dir / PROVENANCE_FILE
+    if path.exists():
+        recorded = json.loads(path.read_text())
+        for split, read in current["data"]["files"].items():
+            before = recorded.get("data", {}).get("files", {}).get(split)
+            if before is not None and before.get("sha256") != read["sha256"]:
+                raise RunConfigError(
+                    f"{read['path']} changed since the run in {output_dir} started (sha256 {before.get('sha256')} "
+                    f"then, {read['sha256']} now): resuming would train on other data"
+                )
+        attempt = {key: current[key] for key in ("code", "versions", "devices")}
+        recorded["resumptions"] = [*recorded.get("resumptions", []), attempt]
+        current = recorded
+    write_json(path, current)
+    return current
+
+
 def instantiate_recipe(cfg: DictConfig) -> Recipe:
     """The recipe `cfg.model` configures (`model=<name>`)."""
     recipe = instantiate(cfg.model, _recursive_=False)
@@ -262,9 +374,9 @@ def show(console: Console, render: Any) -> None:
     write_to_log_file("\n" + recorder.export_text().rstrip())
 
 
-def write_to_log_file(text: str) -> None:
-    """Write `text` as an INFO record into the run's log files only (what the console already shows)."""
-    record = logging.LogRecord(log.name, logging.INFO, __file__, 0, "%s", (text,), None)
+def write_to_log_file(text: str, level: int = logging.INFO) -> None:
+    """Write `text` as a record into the run's log files only (what the console already shows)."""
+    record = logging.LogRecord(log.name, level, __file__, 0, "%s", (text,), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.emit(record)

@@ -41,9 +41,7 @@ def _iter_json_lines(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise DataFormatError(
-                f"malformed JSON at column {error.colno}: {error.msg}", path=path, line=line_number
-            ) from None
+            raise DataFormatError(f"malformed JSON: {json_error_text(error)}", path=path, line=line_number) from None
         _check_object(record, path, line_number)
         yield line_number, record
 
@@ -60,7 +58,7 @@ def _iter_json_list(path: Path, text: str, position: int) -> Iterator[tuple[int,
                 record, position = _DECODER.raw_decode(text, position)
             except json.JSONDecodeError as error:
                 raise DataFormatError(
-                    f"malformed JSON at column {error.colno}: {error.msg}", path=path, line=error.lineno
+                    f"malformed JSON: {json_error_text(error)}", path=path, line=error.lineno
                 ) from None
             _check_object(record, path, line_number)
             yield line_number, record
@@ -73,6 +71,12 @@ def _iter_json_list(path: Path, text: str, position: int) -> Iterator[tuple[int,
     trailing = _WHITESPACE.match(text, position + 1).end()
     if trailing != len(text):
         _raise_decode_error(path, text, trailing, "extra data after the JSON list")
+
+
+def json_error_text(error: json.JSONDecodeError) -> str:
+    """The decoder's message as a whole sentence with its column: `Expecting ',' delimiter at column 12`,
+    `Unterminated string starting at column 5` (the bare message ends with "at")."""
+    return f"{error.msg.removesuffix(' at')} at column {error.colno}"
 
 
 def _skip_whitespace(path: Path, text: str, position: int) -> int:

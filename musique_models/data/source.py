@@ -19,7 +19,7 @@ from musique_models.data.readers import FORMAT_NAMES, READERS, check_musique_ful
 from musique_models.data.schema import Example
 from musique_models.data.subsample import subsample_indices
 from musique_models.errors import DatasetNotFoundError, MusiqueModelsError
-from musique_models.io import code_fingerprint, write_json
+from musique_models.io import code_fingerprint, file_sha256, write_json
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,8 @@ class DatasetSource:
         self.download_help = download_help
         self.derived_sample = derived_sample
         self.unlabelled_splits = tuple(unlabelled_splits)
+        # split -> the file it was last read from: path, sha256 of its content, bytes, rows (before subsampling)
+        self.read_files: dict[str, dict] = {}
 
     @property
     def splits(self) -> list[str]:
@@ -155,7 +157,7 @@ class DatasetSource:
         if self.hub_path and not self.sample and not self.path(split).exists():
             table = self._load_from_hub(split)
         else:
-            table = self._load_file(self._ensure_file(split), self.is_labelled(split))
+            table = self._load_file(self._ensure_file(split), split)
         if split == "train" and self.train_size is not None:
             table = table.select(subsample_indices(table["id"], self.train_size, self.seed))
             if run_dir is not None:
@@ -199,31 +201,36 @@ class DatasetSource:
             Path(tmp_name).unlink(missing_ok=True)
         return path
 
-    def _cache_path(self, path: Path, labelled: bool = True) -> Path:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        digest.update(
-            f"|{self.format}|{self.name}|{self.paired}|{labelled}|reader-{code_fingerprint(*READER_MODULES)}".encode()
-        )
-        return self.cache_dir / f"{self.name}-{path.stem}-{digest.hexdigest()[:20]}.arrow"
+    def _cache_path(self, path: Path, digest: str, labelled: bool = True) -> Path:
+        reader = code_fingerprint(*READER_MODULES)
+        key = hashlib.sha256(f"{digest}|{self.format}|{self.name}|{self.paired}|{labelled}|reader-{reader}".encode())
+        return self.cache_dir / f"{self.name}-{path.stem}-{key.hexdigest()[:20]}.arrow"
 
-    def _load_file(self, path: Path, labelled: bool = True) -> datasets.Dataset:
-        cache_path = self._cache_path(path, labelled)
+    def _load_file(self, path: Path, split: str) -> datasets.Dataset:
+        """The parsed split from its Arrow cache (parsed and cached first when absent); records the file read."""
+        labelled = self.is_labelled(split)
+        digest = file_sha256(path)
+        cache_path = self._cache_path(path, digest, labelled)
         if not cache_path.exists():
             examples = READERS[self.format](path, self.name, labelled=labelled)
             if self.paired:
                 examples = check_musique_full_pairs(examples, path, labelled)
             write_arrow(examples, cache_path)
-        return datasets.Dataset.from_file(str(cache_path))
+        table = datasets.Dataset.from_file(str(cache_path))
+        self.read_files[split] = {
+            "path": str(path.resolve()),
+            "sha256": digest,
+            "bytes": path.stat().st_size,
+            "rows": len(table),
+        }
+        return table
 
     def _load_from_hub(self, split: str) -> datasets.Dataset:
         """Online only: read a hub copy whose rows carry the official fields through the same reader."""
         hub_split = datasets.load_dataset(self.hub_path, split="validation" if split == "dev" else split)
         local = self.cache_dir / f"{self.name}-hub-{split}.jsonl"
         hub_split.to_json(str(local), lines=True, force_ascii=False)
-        return self._load_file(local, self.is_labelled(split))
+        return self._load_file(local, split)
 
 
 def write_arrow(examples: Iterable[Example], path: Path) -> None:

@@ -74,8 +74,8 @@ class ParsedDecomposition:
     """A decomposition read back from the official format.
 
     `steps`: the step questions in the `#k` (1-based) form. `invalid`: it cannot be executed as written (see
-    `problems`: a step that refers to its own or a later step, or to a step that does not exist; an empty step;
-    a text without any step marker; an empty text).
+    `problems`, which count steps from 0 as the text's step tokens do: a step that refers to its own or a later
+    step, or to a step that does not exist; an empty step; a text without any step marker; an empty text).
     """
 
     steps: list[str]
@@ -102,14 +102,15 @@ def parse_decomposition(text: str) -> ParsedDecomposition:
     problems = []
     if not has_markers:
         problems.append("empty text" if not steps[0] else f"no {STEP_START} i {STEP_END} marker: one step")
-    for number, step in enumerate(steps, start=1):
+    for index, step in enumerate(steps):  # 0-based, as the step tokens of the text count them
         if not step and has_markers:
-            problems.append(f"step {number} is empty")
+            problems.append(f"step {index} is empty")
         for k in references(step):
+            token = f"{REFERENCE_START} {k - 1} {REFERENCE_END}"
             if k > len(steps) or k < 1:
-                problems.append(f"step {number} refers to #{k}, which does not exist")
-            elif k == number:
-                problems.append(f"step {number} refers to #{k}, its own answer")
-            elif k > number:
-                problems.append(f"step {number} refers to #{k}, a later step")
+                problems.append(f"step {index} refers to {token}, which is no step")
+            elif k - 1 == index:
+                problems.append(f"step {index} refers to {token}, its own answer")
+            elif k - 1 > index:
+                problems.append(f"step {index} refers to {token}, a later step's answer")
     return ParsedDecomposition(steps=steps, invalid=bool(problems), problems=problems)

@@ -11,7 +11,9 @@ yes/no prefix (`( yes | no )`, HotpotQA and 2Wiki), never clipped.
 
 The rows carry the answerer's columns (`ANSWERER_FEATURES`, one window per question, so decoding is shared)
 plus `global_positions`: every token before the context (`<s>`, the question, the separators) and the markers,
-which get Longformer's global attention, as in the official reader. The answer span is (-1, -1), ignored by the
+which get Longformer's global attention, as in the official reader (`global_attention="before_context"`;
+`"question"` gives it to the question's tokens and the markers only, this project's former choice, kept for
+comparison). The answer span is (-1, -1), ignored by the
 loss, when the answer is not in the (clipped) input.
 """
 
@@ -22,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 from transformers import PreTrainedTokenizerFast
 
+from musique_models.errors import check_choice
 from musique_models.features.answerer import ANSWERER_FEATURES
 from musique_models.features.context import (
     PARAGRAPH_MARKER,
@@ -32,6 +35,8 @@ from musique_models.features.context import (
     ordered_paragraphs,
 )
 
+# Which tokens before the context get global attention (besides the markers, which always do).
+GLOBAL_ATTENTION = ("before_context", "question")
 END2END_FEATURES = datasets.Features({**ANSWERER_FEATURES, "global_positions": datasets.List(datasets.Value("int32"))})
 
 _QUESTION, _CONTEXT = -2, -3  # placeholders for the question and the context in a pair template
@@ -94,10 +99,12 @@ def featurize_end2end(
     include_title: bool,
     prefix: str = "",
     empty_question: bool = False,
+    global_attention: str = "before_context",
 ) -> pa.Table:
     """Batched `datasets.map` function: one row per question (see the module docstring). `empty_question` drops
     the question (the C-only baseline): the special tokens before the context and the markers keep global
-    attention."""
+    attention. `global_attention`: `before_context` (official) or `question` (see the module docstring)."""
+    check_choice("global_attention", global_attention, GLOBAL_ATTENTION)
     marker_id = tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER)
     backend = tokenizer.backend_tokenizer
     backend.no_truncation()
@@ -169,8 +176,11 @@ def featurize_end2end(
         columns["answerable"].append(int(batch["answerable"][example]))
         columns["answer_type"].append(answer_type(answer))
         columns["example_row"].append(rows[example])
-        before_context = int(context_positions[0]) if len(context_positions) else len(sequence) - 1
-        columns["global_positions"].append(np.concatenate([np.arange(before_context), markers]).astype(np.int32))
+        if global_attention == "question":
+            attending = question_positions
+        else:
+            attending = np.arange(int(context_positions[0]) if len(context_positions) else len(sequence) - 1)
+        columns["global_positions"].append(np.concatenate([attending, markers]).astype(np.int32))
     schema = END2END_FEATURES.arrow_schema
     return pa.table({name: pa.array(values, type=schema.field(name).type) for name, values in columns.items()})
 

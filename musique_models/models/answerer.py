@@ -133,7 +133,8 @@ class MultiParagraphAnswerer(QAModule):
             "type_logits": type_logits,
         }
 
-    def _outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def batch_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The heads' outputs (see `forward`) for a collated batch."""
         return self(
             batch["input_ids"],
             batch["attention_mask"],
@@ -143,7 +144,12 @@ class MultiParagraphAnswerer(QAModule):
         )
 
     def loss(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Sum of the head losses, each masked as the module docstring says.
+        """Sum of the head losses (`head_losses`), as the official model sums its heads' losses."""
+        return _total(self.head_losses(batch, outputs))
+
+    def head_losses(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each head's loss (`span`, `support`, and `answerability` / `answer_type` where the head exists), masked
+        as the module docstring says.
 
         Masked means weighted by 0, never skipped: every head stays in the graph, so that under DDP every rank
         produces a gradient for every parameter even when its batch holds no answerable window.
@@ -171,14 +177,14 @@ class MultiParagraphAnswerer(QAModule):
                 ignore_index=-1,
             )
         ) / 2  # (B,)
-        loss = _masked_mean(span, span_rows.float())
+        losses = {"span": _masked_mean(span, span_rows.float())}
         if self.single_support:
             logits = outputs["support_logits"].masked_fill(~batch["marker_mask"], float("-inf"))  # (B, M)
             has_gold = answerable & (batch["support_labels"].sum(dim=1) > 0)  # (B,)
             support = cross_entropy(
                 logits.masked_fill(~has_gold[:, None], 0.0), batch["support_labels"].argmax(dim=1), reduction="none"
             )  # (B,)
-            loss = loss + _masked_mean(support, has_gold.float())
+            losses["support"] = _masked_mean(support, has_gold.float())
         else:
             # as the official model: unanswerable questions are supervised too, with every label 0 (no paragraph
             # supports an answer that is not there)
@@ -186,23 +192,27 @@ class MultiParagraphAnswerer(QAModule):
             support = nn.functional.binary_cross_entropy_with_logits(
                 outputs["support_logits"], labels, reduction="none"
             )  # (B, M)
-            loss = loss + _masked_mean(support, batch["marker_mask"].float())
+            losses["support"] = _masked_mean(support, batch["marker_mask"].float())
         if self.answerability_head:
-            loss = loss + nn.functional.binary_cross_entropy_with_logits(
+            losses["answerability"] = nn.functional.binary_cross_entropy_with_logits(
                 outputs["answerable_logit"], batch["answerable"].float()
             )
         if self.answer_type_head:
             types = cross_entropy(outputs["type_logits"], batch["answer_type"], reduction="none")  # (B,)
-            loss = loss + _masked_mean(types, answerable.float())
-        return loss
+            losses["answer_type"] = _masked_mean(types, answerable.float())
+        return losses
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self.loss(batch, self._outputs(batch))
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        losses = self.head_losses(batch, self.batch_outputs(batch))
+        loss = _total(losses)
+        size = len(batch["input_ids"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=size)
+        for head, value in losses.items():
+            self.log(f"train/{head}_loss", value, batch_size=size)
         return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        outputs = self._outputs(batch)
+        outputs = self.batch_outputs(batch)
         self.log("val/loss", self.loss(batch, outputs), sync_dist=True, batch_size=len(batch["input_ids"]))
         self.val_outputs.update(*window_outputs(batch, outputs, self.max_answer_tokens, self.single_support))
 
@@ -220,7 +230,7 @@ class MultiParagraphAnswerer(QAModule):
                 self.log(f"val/{name}", value, prog_bar=name == "answer_f1", sync_dist=True)
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return window_outputs(batch, self._outputs(batch), self.max_answer_tokens, self.single_support)
+        return window_outputs(batch, self.batch_outputs(batch), self.max_answer_tokens, self.single_support)
 
     def decode(
         self,
@@ -245,6 +255,10 @@ class MultiParagraphAnswerer(QAModule):
             "use_answerability": self.answerability_head,
             "use_answer_type": self.answer_type_head,
         }
+
+
+def _total(losses: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.stack(list(losses.values())).sum()
 
 
 def _masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

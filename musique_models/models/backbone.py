@@ -17,7 +17,6 @@ package, or a config.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from transformers import (
 
 from musique_models.errors import MusiqueModelsError
 from musique_models.features.context import PARAGRAPH_MARKER
+from musique_models.io import file_sha256
 
 
 class BackboneError(MusiqueModelsError):
@@ -122,12 +122,9 @@ def _distribution_folder(distribution: str | None, folder: str | None) -> Path:
 
 
 def _check_sha256(path: Path, expected: str) -> None:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    if digest.hexdigest() != expected:
-        raise BackboneError(f"{path}: sha256 {digest.hexdigest()} does not match the pinned {expected}")
+    digest = file_sha256(path)
+    if digest != expected:
+        raise BackboneError(f"{path}: sha256 {digest} does not match the pinned {expected}")
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:

@@ -28,8 +28,8 @@ class QAModule(pl.LightningModule):
     linear decay to 0) or `slanted_triangular` (the official configs': rises from lr/32 over the first 10% of the
     steps, then decays to lr/32; `warmup_ratio` is its cut fraction).
 
-    The RNG states of torch, numpy and Python are saved in every checkpoint and restored on resume, so a run
-    resumed mid-epoch draws the same dropout masks as an uninterrupted one.
+    The RNG states of torch, numpy and Python (every rank's, under DDP) are saved in every checkpoint and restored
+    on resume, so a run resumed mid-epoch draws the same dropout masks as an uninterrupted one.
     """
 
     def __init__(
@@ -62,18 +62,36 @@ class QAModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-        # plain Python values only: checkpoints load with torch's weights-only unpickler
-        checkpoint["rng_states"] = {
-            "torch": torch.get_rng_state(),
-            "python": random.getstate(),
-            "numpy": [kind, keys.tolist(), position, has_gauss, cached_gaussian],
-        }
+        states = _rng_states()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            # every rank draws its own dropout masks: keep each rank's states (rank 0 writes the file)
+            gathered: list[Any] = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, states)
+            checkpoint["rng_states_per_rank"] = gathered
+        checkpoint["rng_states"] = states
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         states = checkpoint.get("rng_states")
+        per_rank = checkpoint.get("rng_states_per_rank")
+        if per_rank and torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank = torch.distributed.get_rank()
+            states = per_rank[rank] if rank < len(per_rank) else states
         if states:
             torch.set_rng_state(states["torch"])
+            if states.get("cuda") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state(states["cuda"])
             kind, keys, position, has_gauss, cached_gaussian = states["numpy"]
             np.random.set_state((kind, np.array(keys, dtype=np.uint32), position, has_gauss, cached_gaussian))
             random.setstate(states["python"])
+
+
+def _rng_states() -> dict[str, Any]:
+    """torch's (CPU, and the current GPU's when CUDA is in use), numpy's and Python's RNG states as plain Python
+    values (checkpoints load with torch's weights-only unpickler)."""
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
+        "python": random.getstate(),
+        "numpy": [kind, keys.tolist(), position, has_gauss, cached_gaussian],
+    }

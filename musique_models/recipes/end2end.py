@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
-from musique_models.features.end2end import featurize_end2end
+from musique_models.features.end2end import GLOBAL_ATTENTION, featurize_end2end
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.decoding import DecodedQuestion
 from musique_models.models.end2end import End2EndReader
@@ -72,6 +72,9 @@ class End2End:
         self.empty_question = empty_question
         self.yes_no = yes_no
         check_choice("model.yes_no", yes_no, YES_NO_MODES)
+        check_choice(
+            "model.reader.global_attention", reader.get("global_attention", "before_context"), GLOBAL_ATTENTION
+        )
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
 

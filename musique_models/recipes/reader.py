@@ -62,6 +62,7 @@ def single_input_settings(
         "include_title": include_title,
         "prefix": prefix,
         "empty_question": empty_question,
+        "global_attention": stage_cfg.get("global_attention", "before_context"),
     }
 
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.answerer import featurize_answerer
-from musique_models.features.end2end import featurize_end2end
+from musique_models.features.end2end import GLOBAL_ATTENTION, featurize_end2end
 from musique_models.features.selector import SELECTOR_POSITIVES, featurize_selector
 from musique_models.io import write_json
 from musique_models.models.answerer import MultiParagraphAnswerer
@@ -82,6 +82,12 @@ def ranking_metrics(columns: dict[str, torch.Tensor], top_k: int) -> dict[str, f
     return {name: float(value) for name, value in metric.compute().items()}
 
 
+def ranking_rows(ids: list[str], rankings: list[list[int]]) -> list[dict[str, Any]]:
+    """The rows of a ranking file: each table row's question id and its paragraph idx, best first (MuSiQue-Full's
+    twins are two rows with one id, in table order)."""
+    return [{"id": question_id, "ranking": ranking} for question_id, ranking in zip(ids, rankings, strict=True)]
+
+
 class SelectAnswerPredictor:
     """A trained selector and answerer, each placed once. `predict` ranks every paragraph of each row, the answerer
     reads the top K; `support="read"` (1-Para) predicts the paragraph read as the support."""
@@ -123,7 +129,7 @@ class SelectAnswerPredictor:
         """Rank, read, decode; writes `selector_ranking.json` (every row's ranking; recall@K and rank F1 when the
         table has labels) into `output_dir`."""
         rankings, columns = self.select(table)
-        record: dict[str, Any] = {"top_k": self.fitted.top_k, "rankings": rankings}
+        record: dict[str, Any] = {"top_k": self.fitted.top_k, "rankings": ranking_rows(table["id"], rankings)}
         if bool(columns["label"].any()):
             record["metrics"] = ranking_metrics(columns, self.fitted.top_k)
             log.info("selector on %d questions: %s", len(table), record["metrics"])
@@ -169,6 +175,9 @@ class SelectAnswer:
         self.yes_no = yes_no
         check_choice("model.yes_no", yes_no, YES_NO_MODES)
         check_choice("model.answerer.input", answerer.get("input", "auto"), ANSWERER_INPUTS)
+        check_choice(
+            "model.answerer.global_attention", answerer.get("global_attention", "before_context"), GLOBAL_ATTENTION
+        )
         self.selector_checkpoint = selector_checkpoint
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
@@ -293,13 +302,14 @@ class SelectAnswer:
             rankings = rank_paragraphs(
                 columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
             )
-            selected[split] = [rankings.get(row, [])[: self.top_k] for row in range(len(table))]
+            ranked = [rankings.get(row, []) for row in range(len(table))]
+            selected[split] = [ranking[: self.top_k] for ranking in ranked]
             write_json(
                 run_dir / selector_stage / f"ranking_{split}.json",
                 {
                     "top_k": self.top_k,
                     "metrics": ranking_metrics(columns, self.top_k),
-                    "rankings": [rankings.get(row, []) for row in range(len(table))],
+                    "rankings": ranking_rows(table["id"], ranked),
                 },
             )
         train_table = context.train.add_column("selected_idxs", selected["train"])

@@ -173,7 +173,8 @@ class StepExecutionPredictor:
         into `output_dir`."""
         self.extra_metrics = {}
         templates = self.decompositions(table, output_dir)
-        log.info("executing %d questions hop by hop (%d hops at most)", len(templates), max(map(len, templates)))
+        most = max(map(len, templates))
+        log.info("executing %d questions hop by hop (%d hop%s at most)", len(templates), most, "s" * (most != 1))
         executed = execute_steps(self.executor, table, templates)
         write_jsonl(
             Path(output_dir) / STEPS_FILE,

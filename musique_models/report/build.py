@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from musique_models.io import atomic_open
+from musique_models.report.groups import group_runs
 from musique_models.report.plot import plot_report
 from musique_models.report.runs import (
     ReportError,
@@ -18,7 +19,6 @@ from musique_models.report.runs import (
 from musique_models.report.tables import (
     PAPER_RESULTS,
     dire_markdown,
-    group_runs,
     latex_table,
     load_paper_results,
     markdown_table,

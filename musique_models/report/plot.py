@@ -1,49 +1,73 @@
-"""report.png: grouped bars of An and Sp per system and dataset, the paper's figures as markers."""
+"""report.png: bars of An and Sp per run group (system, dataset and what sets the group apart), each bar labelled
+with its value; a zero is drawn as a visible zero and a missing score as "n/a"; the paper's figures as diamonds
+beside the groups comparable with the paper."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from musique_models.io import atomic_open
-from musique_models.report.tables import DATASET_LABELS, METRIC_KEYS, RunGroup, mean_std
+from musique_models.report.groups import RunGroup
+from musique_models.report.tables import DATASET_LABELS, METRIC_KEYS, Paper, mean_std
 
 FIGURE_INCHES = (12, 5)
 FIGURE_DPI = 100
 PLOTTED_METRICS = ("An", "Sp")
+BAR_WIDTH = 0.38
+# A zero score still shows: a sliver of this height (F1 x 100) with a dark edge, labelled 0.0 (so is any score
+# below it, with its own label).
+ZERO_BAR = 0.6
 
 
-def plot_report(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str, str], float], path: str | Path) -> None:
-    """Write the bar chart (1200 x 500 px) atomically: one group of bars per system and dataset."""
+def plot_report(groups: Sequence[RunGroup], paper: Paper, path: str | Path) -> None:
+    """Write the bar chart (1200 x 500 px) atomically: one group of bars per run group."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=FIGURE_INCHES, dpi=FIGURE_DPI)
-    width = 0.38
-    labels = []
-    for position, group in enumerate(groups):
-        labels.append(f"{group.row_label}\n{DATASET_LABELS.get(group.dataset, group.dataset)}")
-        for offset, metric in enumerate(PLOTTED_METRICS):
-            values = group.values(METRIC_KEYS[metric])
-            x = position + (offset - 0.5) * width
-            if values:
-                mean, std = mean_std(values)
-                axes.bar(x, mean, width, yerr=std or 0, color=f"C{offset}", label=metric if position == 0 else None)
-            figure_value = paper.get((group.system, group.dataset, metric))
-            if figure_value is not None:
-                axes.plot(x, figure_value, marker="D", color="black", linestyle="none")
-    axes.plot([], [], marker="D", color="black", linestyle="none", label="paper")
-    axes.set_xticks(range(len(groups)), labels, fontsize=8)
-    axes.set_ylabel("F1 x 100")
-    axes.set_ylim(0, 100)
-    axes.set_title("An and Sp per system and dataset (bars: ours, mean ± std; diamonds: the paper)")
-    axes.legend(loc="upper right")
+    draw_report(axes, groups, paper)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=FIGURE_DPI)  # no bbox_inches="tight": the size stays fixed
     plt.close(figure)
     with atomic_open(path, "wb") as handle:
         handle.write(buffer.getvalue())
+
+
+def draw_report(axes: Any, groups: Sequence[RunGroup], paper: Paper) -> None:
+    """Draw the bars, their value labels and the paper's diamonds on matplotlib `axes`."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    legend = [Patch(facecolor=f"C{offset}", edgecolor="black", label=m) for offset, m in enumerate(PLOTTED_METRICS)]
+    labels = []
+    drew_paper = False
+    for position, group in enumerate(groups):
+        labels.append(f"{group.row_label}\n{DATASET_LABELS.get(group.dataset, group.dataset)}")
+        for offset, metric in enumerate(PLOTTED_METRICS):
+            x = position + (offset - 0.5) * BAR_WIDTH
+            values = group.values(METRIC_KEYS[metric])
+            if values:
+                mean, std = mean_std(values)
+                height = max(mean, ZERO_BAR)
+                axes.bar(x, height, BAR_WIDTH, yerr=std or 0, color=f"C{offset}", edgecolor="black")
+                axes.text(x, height + (std or 0) + 1, f"{mean:.1f}", ha="center", va="bottom", fontsize=7)
+            else:
+                axes.text(x, 1, "n/a", ha="center", va="bottom", fontsize=7, color="gray")
+            figure_value = paper.get((group.system, group.dataset, metric)) if group.comparable else None
+            if figure_value is not None:
+                axes.plot(x, figure_value, marker="D", color="black", linestyle="none")
+                drew_paper = True
+    if drew_paper:
+        legend.append(Line2D([], [], marker="D", color="black", linestyle="none", label="the paper"))
+    axes.set_xticks(range(len(groups)), labels, fontsize=7)
+    axes.set_ylabel("F1 x 100")
+    axes.set_ylim(0, 105)
+    title = "An and Sp per run group (bars: ours, mean ± std over seeds"
+    axes.set_title(title + ("; diamonds: the paper)" if drew_paper else ")"))
+    axes.legend(handles=legend, loc="upper right")

@@ -7,12 +7,14 @@ import json
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from musique_models.errors import MusiqueModelsError
+from musique_models.training.provenance import PROVENANCE_FILE
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
@@ -31,7 +33,9 @@ class ReportError(MusiqueModelsError):
 
 @dataclass
 class RunRecord:
-    """One finished run: where it comes from, the paper row and dataset it belongs to, and its scores."""
+    """One finished run: where it comes from, the paper row and dataset it belongs to, its scores, its resolved
+    config and its provenance (`provenance.json`; empty for runs made before runs recorded it), and when it
+    finished (seconds since the epoch; 0 when unknown)."""
 
     source: str
     system: str
@@ -40,6 +44,9 @@ class RunRecord:
     seed: int | None
     metrics: dict[str, float]
     dire_metrics: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    finished_at: float = 0.0
 
 
 def system_name(config: Mapping[str, Any]) -> str | None:
@@ -52,7 +59,12 @@ def system_name(config: Mapping[str, Any]) -> str | None:
 
 
 def record_from_config(
-    source: str, config: Mapping[str, Any], metrics: Mapping[str, Any], dire_metrics: Mapping[str, Any] | None = None
+    source: str,
+    config: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    dire_metrics: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    finished_at: float = 0.0,
 ) -> RunRecord | None:
     """A `RunRecord` from a resolved run config and its flat metrics; None when the model is no paper system."""
     system = system_name(config)
@@ -70,6 +82,9 @@ def record_from_config(
         dire_metrics={
             key: float(value) for key, value in (dire_metrics or {}).items() if isinstance(value, int | float)
         },
+        config=dict(config),
+        provenance=dict(provenance or {}),
+        finished_at=finished_at,
     )
 
 
@@ -98,7 +113,14 @@ def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list
             dire = {}
             for dire_path in sorted(folder.glob(DIRE_METRICS_GLOB)):
                 dire.update(_read_json(dire_path))
-            record = record_from_config(str(folder), config, _read_json(folder / METRICS_FILE), dire)
+            record = record_from_config(
+                str(folder),
+                config,
+                _read_json(folder / METRICS_FILE),
+                dire,
+                _read_json(folder / PROVENANCE_FILE),
+                (folder / METRICS_FILE).stat().st_mtime,
+            )
             if record is None:
                 warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the paper's table")
                 continue
@@ -125,7 +147,8 @@ def metrics_from_wandb_summary(summary: Mapping[str, Any]) -> dict[str, float]:
 
 
 def config_from_wandb(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A wandb run config as the run's own config: wandb's `{"value": ...}` wrappers and `_wandb` removed."""
+    """A wandb run config as the run's own config (its `provenance` key included): wandb's `{"value": ...}`
+    wrappers and `_wandb` removed."""
     plain = {}
     for key, value in config.items():
         if key.startswith("_wandb"):
@@ -144,7 +167,25 @@ def record_from_wandb_run(run: Any) -> RunRecord | None:
         return None
     path = getattr(run, "path", None)
     source = "wandb:" + ("/".join(path) if isinstance(path, list | tuple) else str(path or getattr(run, "id", "?")))
-    return record_from_config(source, config_from_wandb(dict(run.config)), metrics)
+    config = config_from_wandb(dict(run.config))
+    provenance = config.pop("provenance", None)
+    return record_from_config(source, config, metrics, provenance=provenance, finished_at=_timestamp(run))
+
+
+def _started(folder: Path) -> float:
+    """When an offline wandb run started, from its folder's name (`offline-run-<%Y%m%d_%H%M%S>-<id>`; 0 if not)."""
+    try:
+        return datetime.strptime(folder.name.split("-")[2], "%Y%m%d_%H%M%S").timestamp()
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def _timestamp(run: Any) -> float:
+    """When an online wandb run was created (seconds since the epoch; 0 when the API does not say)."""
+    created = getattr(run, "created_at", None)
+    if not created:
+        return 0.0
+    return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
 
 
 def find_wandb_online(project: str) -> tuple[list[RunRecord], list[str]]:
@@ -177,7 +218,9 @@ def find_wandb_offline(directory: str | Path) -> tuple[list[RunRecord], list[str
         if exit_code not in (0, None) or not metrics:
             warnings.append(f"skipped {folder}: not finished (no test metrics)")
             continue
-        record = record_from_config(str(folder), config_from_wandb(config), metrics)
+        plain = config_from_wandb(config)
+        provenance = plain.pop("provenance", None)
+        record = record_from_config(str(folder), plain, metrics, provenance=provenance, finished_at=_started(folder))
         if record is None:
             warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the paper's table")
         else:

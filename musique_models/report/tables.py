@@ -1,17 +1,18 @@
 """The report's tables: the paper's layout (table.md, table.tex), every metric per hop (per_hop.md), DiRe beside the
-original scores (dire.md). Runs of one system, dataset and sample setting are one group: mean ± std over seeds."""
+original scores (dire.md). Rows are groups of runs that differ only in the seed (`musique_models.report.groups`):
+mean ± std over seeds; only groups comparable with the paper are set beside its figures."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from musique_models.report.runs import SYSTEM_ORDER, RunRecord
+from musique_models.report.groups import RunGroup, backbones
+from musique_models.report.runs import SYSTEM_ORDER
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.yaml")
 DATASET_LABELS = {
@@ -34,10 +35,11 @@ COLUMNS = [
 ]
 MISSING = "–"
 HOPS = ("", "_2hop", "_3hop", "_4hop")
-SAMPLE_LABEL = "[sample]"
+
+Paper = dict[tuple[str | None, str, str], float]
 
 
-def load_paper_results(path: str | Path = PAPER_RESULTS) -> dict[tuple[str | None, str, str], float]:
+def load_paper_results(path: str | Path = PAPER_RESULTS) -> Paper:
     """The paper's figures: (system, dataset, metric) -> value (F1 x 100)."""
     figures = yaml.safe_load(Path(path).read_text())["figures"]
     return {
@@ -45,36 +47,6 @@ def load_paper_results(path: str | Path = PAPER_RESULTS) -> dict[tuple[str | Non
         for figure in figures
         if figure.get("value") is not None
     }
-
-
-@dataclass
-class RunGroup:
-    """Runs of one system on one dataset, all on the samples or all on the official files."""
-
-    system: str
-    dataset: str
-    sample: bool
-    runs: list[RunRecord]
-
-    @property
-    def row_label(self) -> str:
-        return f"{self.system} {SAMPLE_LABEL}" if self.sample else self.system
-
-    def values(self, key: str, dire: bool = False) -> list[float]:
-        return [
-            run.dire_metrics[key] if dire else run.metrics[key]
-            for run in self.runs
-            if key in (run.dire_metrics if dire else run.metrics)
-        ]
-
-
-def group_runs(runs: Sequence[RunRecord]) -> list[RunGroup]:
-    """Runs grouped by (system, dataset, sample), in the paper's system order."""
-    groups: dict[tuple[str, str, bool], RunGroup] = {}
-    for run in runs:
-        key = (run.system, run.dataset, run.sample)
-        groups.setdefault(key, RunGroup(run.system, run.dataset, run.sample, [])).runs.append(run)
-    return sorted(groups.values(), key=lambda g: (SYSTEM_ORDER.index(g.system), g.sample, g.dataset))
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -100,41 +72,60 @@ def format_paper(values: Sequence[float], paper: float | None) -> str:
     return f"({paper:.1f}, {mean_std(values)[0] - paper:+.1f})"
 
 
-def table_rows(
-    groups: Sequence[RunGroup], paper: dict[tuple[str | None, str, str], float]
-) -> list[tuple[str, list[tuple[list[float], float | None]]]]:
-    """One row per group (and per paper system with no run): its label and, per column, (our values, paper)."""
-    rows = []
-    rows_by_system: dict[str, list[RunGroup]] = {}
+# A table row: its label, whether it is set beside the paper, and per column (our values, the paper's figure).
+Row = tuple[str, bool, list[tuple[list[float], float | None]]]
+
+
+def table_rows(groups: Sequence[RunGroup], paper: Paper) -> list[Row]:
+    """One row per row label (the groups of one system with the same marker and label, one per dataset), in the
+    paper's system order; a paper system without a comparable group gets a row of its figures alone."""
+    by_label: dict[str, list[RunGroup]] = {}
     for group in groups:
-        rows_by_system.setdefault(group.system, []).append(group)
+        by_label.setdefault(group.row_label, []).append(group)
     paper_systems = {system for system, _, metric in paper if system is not None and metric in METRIC_KEYS}
-    for system in SYSTEM_ORDER:
-        for sample in (False, True):
-            mine = [g for g in rows_by_system.get(system, []) if g.sample == sample]
-            if not mine and (sample or system not in paper_systems):
-                continue
-            cells = []
-            for dataset, metric in COLUMNS:
-                values = [v for g in mine if g.dataset == dataset for v in g.values(METRIC_KEYS[metric])]
-                cells.append((values, paper.get((system, dataset, metric))))
-            rows.append((f"{system} {SAMPLE_LABEL}" if sample else system, cells))
-    return rows
+    for system in paper_systems - {g.system for g in groups if g.comparable}:
+        by_label.setdefault(system, [])
+    rows = []
+    for label, members in by_label.items():
+        system = members[0].system if members else label
+        comparable = not members or members[0].comparable
+        cells = []
+        for dataset, metric in COLUMNS:
+            values = [v for g in members if g.dataset == dataset for v in g.values(METRIC_KEYS[metric])]
+            cells.append((values, paper.get((system, dataset, metric)) if comparable else None))
+        rows.append((label, comparable, cells))
+    return sorted(rows, key=lambda row: (SYSTEM_ORDER.index(row[0].split()[0]), not row[1], row[0]))
 
 
-def sample_legend(groups: Sequence[RunGroup]) -> str:
-    """The legend line naming the runs made on the shipped samples."""
-    sampled = [run.source for group in groups if group.sample for run in group.runs]
-    if not sampled:
-        return "All runs read the official files (dataset.sample: false)."
-    return (
-        f"Rows marked {SAMPLE_LABEL} are SAMPLE runs (dataset.sample: true, the shipped samples: a pipeline check, "
-        f"not comparable with the paper): {', '.join(sampled)}."
-    )
+def legend(groups: Sequence[RunGroup]) -> list[str]:
+    """What the markers and labels mean, and each group's runs (seeds, repeats counted once, provenance
+    differences)."""
+    lines = [
+        "Rows are groups of runs that differ in nothing but the seed (same resolved config, same data files, same "
+        "evaluation split and size); several seeds: mean ± sample std (n = seeds), each seed counted once. "
+        "Only rows without a marker read the official files over the whole dev split with the paper's 20K "
+        "training subsample, and only they are set beside the paper's figures. [sample]: the shipped samples "
+        "(a pipeline check); [other files]: data files given on the command line; [unrecorded files]: a run made "
+        "before runs recorded their data; [first N questions], [train_size=N], [<split> split]: official files, "
+        "another setup than the paper's. (…): the settings that set a row apart from another of its system.",
+        "",
+        "Runs:",
+    ]
+    for group in groups:
+        seeds = ", ".join(f"seed {run.seed}: {run.source}" for run in group.runs)
+        components = ", ".join(f"{name} {backbone}" for name, backbone in backbones(group.runs[0]).items())
+        dataset = DATASET_LABELS.get(group.dataset, group.dataset)
+        lines.append(f"- {group.row_label}, {dataset} ({components or 'backbones not recorded'}): {seeds}")
+        for repeat in group.repeats:
+            lines.append(f"  - repeat of seed {repeat.seed}, not counted: {repeat.source}")
+        for key, values in group.provenance_differences().items():
+            lines.append(f"  - the runs differ in {key}: {', '.join(map(str, values))}")
+    return lines
 
 
-def markdown_table(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str, str], float]) -> str:
-    """table.md: the paper's layout, each cell `ours (paper, ours - paper)`."""
+def markdown_table(groups: Sequence[RunGroup], paper: Paper) -> str:
+    """table.md: the paper's layout; each cell `ours (paper, ours - paper)` on rows comparable with the paper,
+    `ours` on the others."""
     header = ["system", *(f"{DATASET_LABELS[d]} {m}" for d, m in COLUMNS)]
     lines = [
         "# Results against the paper (F1 x 100, dev)",
@@ -142,33 +133,36 @@ def markdown_table(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
-    for label, cells in table_rows(groups, paper):
-        lines.append("| " + " | ".join([label, *(f"{format_ours(v)} {format_paper(v, p)}" for v, p in cells)]) + " |")
+    for label, comparable, cells in table_rows(groups, paper):
+        rendered = [f"{format_ours(v)} {format_paper(v, p)}" if comparable else format_ours(v) for v, p in cells]
+        lines.append("| " + " | ".join([label, *rendered]) + " |")
     lines += [
         "",
-        "Each cell: ours (the paper's figure, ours minus the paper). Several seeds: mean ± sample std (n=runs). "
+        "Each cell: ours (the paper's figure, ours minus the paper). "
         f"{MISSING}: no run, or no figure found (musique_models/report/paper_results.yaml says where each comes from).",
         "",
-        sample_legend(groups),
+        *legend(groups),
         "",
     ]
     return "\n".join(lines)
 
 
-def latex_table(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str, str], float]) -> str:
-    """table.tex: the same table as a LaTeX tabular; each cell `ours {\\small (paper, diff)}`."""
+def latex_table(groups: Sequence[RunGroup], paper: Paper) -> str:
+    """table.tex: the same table as a LaTeX tabular; each cell `ours {\\small (paper, diff)}` where comparable."""
 
     def escape(text: str) -> str:
         return text.replace("&", "\\&").replace("_", "\\_").replace("#", "\\#").replace("%", "\\%")
 
-    def cell(values: list[float], figure: float | None) -> str:
+    def cell(values: list[float], figure: float | None, comparable: bool) -> str:
         ours = format_ours(values, plus_minus="$\\pm$").replace("–", "--")
+        if not comparable:
+            return ours
         return f"{ours} {{\\scriptsize {format_paper(values, figure).replace('–', '--')}}}"
 
     datasets = list(dict.fromkeys(d for d, _ in COLUMNS))
     spans = [sum(1 for d, _ in COLUMNS if d == dataset) for dataset in datasets]
     lines = [
-        "% Results against the paper (F1 x 100, dev); cell: ours (paper, ours - paper)",
+        "% Results against the paper (F1 x 100, dev); cell: ours (paper, ours - paper) on rows comparable with it",
         "\\begin{tabular}{l" + "r" * len(COLUMNS) + "}",
         "\\toprule",
         " & "
@@ -177,9 +171,9 @@ def latex_table(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str, s
         "System & " + " & ".join(escape(m) for _, m in COLUMNS) + " \\\\",
         "\\midrule",
     ]
-    for label, cells in table_rows(groups, paper):
-        lines.append(escape(label) + " & " + " & ".join(cell(v, p) for v, p in cells) + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}", "% " + escape(sample_legend(groups)), ""]
+    for label, comparable, cells in table_rows(groups, paper):
+        lines.append(escape(label) + " & " + " & ".join(cell(v, p, comparable) for v, p in cells) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", *("% " + escape(line) for line in legend(groups) if line), ""]
     return "\n".join(lines)
 
 
@@ -188,11 +182,14 @@ def _metric_names(metrics: dict[str, float]) -> list[str]:
 
 
 def per_hop_markdown(groups: Sequence[RunGroup]) -> str:
-    """per_hop.md: every metric by all / 2 / 3 / 4 hops, per group (mean ± std over its runs)."""
+    """per_hop.md: every metric by all / 2 / 3 / 4 hops, per group (mean ± std over its seeds)."""
     lines = ["# Every metric by hops (x100; counts as numbers)", ""]
     for group in groups:
         lines += [f"## {group.row_label} on {DATASET_LABELS.get(group.dataset, group.dataset)}", ""]
         lines += [f"Runs: {', '.join(run.source for run in group.runs)}", ""]
+        differences = group.provenance_differences()
+        lines += [f"- the runs differ in {key}: {', '.join(map(str, values))}" for key, values in differences.items()]
+        lines += [""] if differences else []
         lines += ["| metric | all | 2hop | 3hop | 4hop |", "|---|---|---|---|---|"]
         names = list(dict.fromkeys(name for run in group.runs for name in _metric_names(run.metrics)))
         for name in names:
@@ -218,7 +215,7 @@ DIRE_ROWS = [
 ]
 
 
-def dire_markdown(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str, str], float]) -> str:
+def dire_markdown(groups: Sequence[RunGroup], paper: Paper) -> str:
     """dire.md: for the runs scored with `evaluate.py mode=dire`, the DiRe scores beside the original ones."""
     lines = ["# DiRe probe scores beside the original scores (x100)", ""]
     with_dire = [g for g in groups if any(run.dire_metrics for run in g.runs)]
@@ -227,10 +224,14 @@ def dire_markdown(groups: Sequence[RunGroup], paper: dict[tuple[str | None, str,
     else:
         lines += ["| run group | metric | all | 2hop | 3hop | 4hop |", "|---|---|---|---|---|---|"]
         for group in with_dire:
-            scored = RunGroup(group.system, group.dataset, group.sample, [r for r in group.runs if r.dire_metrics])
+            scored = [run for run in group.runs if run.dire_metrics]
             label = f"{group.row_label}, {DATASET_LABELS.get(group.dataset, group.dataset)}"
             for name, is_dire in DIRE_ROWS:
-                cells = [format_ours(scored.values(name + suffix, dire=is_dire)) for suffix in HOPS]
+                cells = []
+                for suffix in HOPS:
+                    key = name + suffix
+                    values = [(r.dire_metrics if is_dire else r.metrics).get(key) for r in scored]
+                    cells.append(format_ours([v for v in values if v is not None]))
                 lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
         lines.append("")
     figures = {dataset: value for (_, dataset, metric), value in paper.items() if metric == "DiRe-An"}

@@ -35,10 +35,10 @@ def _logger_configs(cfg: DictConfig, per_stage: bool) -> list[DictConfig]:
     return [c for c in configs if str(c._target_).endswith(FILE_LOGGERS) == per_stage]
 
 
-def run_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
+def run_loggers(cfg: DictConfig, run_dir: Path, provenance: dict[str, Any] | None = None) -> list[Logger]:
     """The run-wide loggers (every entry of `cfg.logger` but the file loggers), each with the run's
-    hyperparameters. A `WandbLogger` gets the run id kept in the run folder (new runs draw one), `resume="allow"`
-    and the run folder as `save_dir`."""
+    hyperparameters (the resolved config, and its `provenance` under that key). A `WandbLogger` gets the run id
+    kept in the run folder (new runs draw one), `resume="allow"` and the run folder as `save_dir`."""
     loggers: list[Logger] = []
     for logger_cfg in _logger_configs(cfg, per_stage=False):
         overrides: dict[str, Any] = {}
@@ -49,7 +49,10 @@ def run_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
             id_file.write_text(run_id)
             overrides.update(id=run_id, resume="allow", save_dir=str(run_dir))
         logger = instantiate(logger_cfg, **overrides)
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        hyperparameters = OmegaConf.to_container(cfg, resolve=True)
+        if provenance is not None:
+            hyperparameters["provenance"] = provenance
+        logger.log_hyperparams(hyperparameters)
         loggers.append(logger)
     return loggers
 

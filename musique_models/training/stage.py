@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,13 @@ from pytorch_lightning.loggers import Logger
 from musique_models.errors import MusiqueModelsError
 from musique_models.io import write_json
 from musique_models.training.loggers import StageLogger, stage_file_loggers
+from musique_models.training.resume import (
+    RESUME_FILE,
+    STOP,
+    ResumePoints,
+    RunInterrupted,
+    describe_resume_point,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +58,7 @@ def stage_callbacks(
     they are left out otherwise.
     """
     callbacks = []
-    for name, callback_cfg in (cfg.get("callbacks") or {}).items():
+    for callback_cfg in (cfg.get("callbacks") or {}).values():
         if callback_cfg is None or "_target_" not in callback_cfg:
             continue
         overrides: dict[str, Any] = {}
@@ -65,8 +71,6 @@ def stage_callbacks(
             overrides.update(monitor=monitor, mode=mode)
         if "patience" in callback_cfg and stage_cfg is not None and stage_cfg.get("patience") is not None:
             overrides["patience"] = stage_cfg.patience
-        if name == "step_checkpoint" and not callback_cfg.get("every_n_train_steps"):
-            continue
         callback = instantiate(callback_cfg, **overrides)
         if isinstance(callback, LearningRateMonitor) and not has_loggers:
             log.debug("no logger: the learning-rate monitor is left out")
@@ -115,17 +119,12 @@ def build_trainer(
     )
 
 
-def resolve_resume_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
-    """`last` -> the newer of the stage's last.ckpt (every epoch) and steps/last.ckpt (every N steps), or None to
-    start the stage fresh when neither exists; a path is used as given."""
-    if ckpt_path is None:
+def resume_point(ckpt_path: str | None, checkpoint_dir: Path) -> Path | None:
+    """The stage's resume point when the run resumes (`ckpt_path=last`) and the stage has one, else None."""
+    if ckpt_path != "last":
         return None
-    if ckpt_path == "last":
-        candidates = [
-            path for path in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps" / "last.ckpt") if path.exists()
-        ]
-        return str(max(candidates, key=lambda path: path.stat().st_mtime_ns)) if candidates else None
-    return ckpt_path
+    path = checkpoint_dir / RESUME_FILE
+    return path if path.exists() else None
 
 
 def finished_stage(run_dir: Path, name: str) -> dict[str, Any] | None:
@@ -183,11 +182,14 @@ def run_stage(
 
     A finished stage keeps only `checkpoints/best.ckpt` (weights, no optimizer state: the best validation epoch,
     or the final weights of a stage with `validate: false`) and writes `stage.json` (paths relative to the run
-    folder, so a moved folder still resumes); `ckpt_path=last` then skips it. The resume checkpoints (`last.ckpt`,
-    with optimizer, scheduler, RNG and loader states) exist only while the stage runs.
+    folder, so a moved folder still resumes); `ckpt_path=last` then skips it. The resume point (`last.ckpt`, with
+    optimizer, scheduler, RNG and loader states; `musique_models.training.resume`) exists only while the stage runs.
+    A stop requested while the stage trains is honoured at its next optimizer step (`RunInterrupted`), or, when the
+    stage ends first, right after it is recorded.
     """
     finished = finished_stage(run_dir, name)
-    if cfg.get("ckpt_path") and finished is not None:
+    resuming = cfg.get("ckpt_path") == "last"
+    if resuming and finished is not None:
         log.info("stage %s already finished in %s: reusing %s", name, run_dir / name, finished["best_checkpoint"])
         return StageResult(finished["best_checkpoint"])
     stage_dir = run_dir / name
@@ -198,10 +200,14 @@ def run_stage(
     loggers += [StageLogger(logger, name, offset, own=True) for logger in stage_file_loggers(cfg, stage_dir)]
     callbacks = stage_callbacks(cfg, checkpoint_dir, monitor if validates else None, mode, bool(loggers), stage_cfg)
     trainer = build_trainer(cfg, stage_cfg, callbacks, loggers, stage_dir)
-    resume_from = resolve_resume_path(cfg.get("ckpt_path"), checkpoint_dir)
+    resume_from = resume_point(cfg.get("ckpt_path"), checkpoint_dir)
     if resume_from is not None:
-        log.info("stage %s resumes from %s", name, resume_from)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+        log.info("stage %s resumes from %s, %s", name, resume_from, describe_resume_point(resume_from))
+    elif resuming:
+        log.info("stage %s has no resume point in %s: it starts afresh", name, checkpoint_dir)
+    writes_resume_points = any(isinstance(callback, ResumePoints) for callback in callbacks)
+    with STOP.deferred(stage_dir if writes_resume_points else None):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
     best_callback = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor is not None), None)
     best = best_callback.best_model_path if best_callback is not None else ""
     if best and not Path(best).resolve().is_relative_to(checkpoint_dir.resolve()):
@@ -219,10 +225,9 @@ def run_stage(
             "global_step": trainer.global_step,
         },
     )
-    # Only now that the stage is recorded as finished: nothing resumes it any more, its resume points can go.
-    for resume_point in (checkpoint_dir / "last.ckpt", checkpoint_dir / "steps"):
-        if resume_point.is_dir():
-            shutil.rmtree(resume_point)
-        else:
-            resume_point.unlink(missing_ok=True)
+    # Only now that the stage is recorded as finished: nothing resumes it any more, its resume point can go.
+    for leftover in (checkpoint_dir / RESUME_FILE, checkpoint_dir / f".{RESUME_FILE}.partial"):
+        leftover.unlink(missing_ok=True)
+    if STOP.requested:
+        raise RunInterrupted(f"{STOP.signal_name}: stopped after stage {name} finished")
     return StageResult(best)

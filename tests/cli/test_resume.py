@@ -1,12 +1,18 @@
-"""A run SIGKILLed mid-epoch and resumed with ckpt_path=last ends with the metrics of an uninterrupted run."""
+"""Resume with the DEFAULT callbacks: a run SIGKILLed in its first stage's second epoch, or stopped by SIGINT and
+SIGTERM mid-epoch, or by SLURM's requeue signal, resumes from its resume point and ends with exactly the
+predictions and metrics of an uninterrupted run."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import signal
+import stat
 import subprocess
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.conftest import run_python
@@ -17,52 +23,135 @@ RUN = [
     "dataset.sample=true",
     "dataset.train_size=24",
     "eval_size=12",
-    "model.selector.max_epochs=1",
+    "model.selector.max_epochs=3",
     "model.answerer.max_epochs=2",
     "model.answerer.micro_batch_size=2",
-    "model.answerer.accumulate_grad_batches=1",
-    "callbacks=none",
-    "callbacks.step_checkpoint.every_n_train_steps=2",
     "trainer.enable_progress_bar=false",
     "logger=wandb",
     "trainer.threads=2",  # not `auto`: a thread count that follows the load would change float rounding
 ]
+OUTPUTS = ("predictions.jsonl", "metrics.json")
 
 
-def _train(tmp_path: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    return run_python([*RUN, f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={run_dir}", *extra])
+def _signal_at(name: str, step: int, stage: str, signal_name: str) -> list[str]:
+    prefix = f"+callbacks.{name}"
+    return [
+        f"{prefix}._target_=tests.cli.killer.SignalAtStep",
+        f"{prefix}.step={step}",
+        f"{prefix}.stage={stage}",
+        f"{prefix}.signal={signal_name}",
+    ]
 
 
-def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    uninterrupted = _train(tmp_path, tmp_path / "full")
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted run of `RUN`; its cache folder is shared by the other runs of this module."""
+    root = tmp_path_factory.mktemp("resume")
+    result = run_python([*RUN, f"paths.cache_dir={root}/cache", f"hydra.run.dir={root}/full"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "full"
 
+
+def _train(uninterrupted: Path, run_dir: Path, *extra: str, env: dict[str, str] | None = None):
+    cache = uninterrupted.parent / "cache"
+    return run_python([*RUN, f"paths.cache_dir={cache}", f"hydra.run.dir='{run_dir}'", *extra], env=env)
+
+
+def _batches_per_epoch(uninterrupted: Path, stage: str, epochs: int) -> int:
+    return json.loads((uninterrupted / stage / "stage.json").read_text())["global_step"] // epochs
+
+
+def _assert_same_outputs(run_dir: Path, uninterrupted: Path) -> None:
+    for name in OUTPUTS:
+        assert (run_dir / name).read_bytes() == (uninterrupted / name).read_bytes(), name
+
+
+def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_resume_point(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    per_epoch = _batches_per_epoch(uninterrupted, "selector", 3)
+    assert per_epoch >= 4
     killed_dir = tmp_path / "killed"
-    killed = _train(
-        tmp_path,
-        killed_dir,
-        "+callbacks.killer._target_=tests.cli.killer.KillAtStep",
-        "+callbacks.killer.step=5",
-        "+callbacks.killer.stage=answerer",
-    )
+    killed = _train(uninterrupted, killed_dir, *_signal_at("killer", per_epoch + per_epoch // 2, "selector", "SIGKILL"))
     assert killed.returncode == -signal.SIGKILL
-    assert not (killed_dir / "metrics.json").exists() and not (killed_dir / "predictions.jsonl").exists()
-    assert not (killed_dir / "answerer/checkpoints/last.ckpt").exists()  # killed before its first validation
-    last = torch.load(killed_dir / "answerer/checkpoints/steps/last.ckpt", map_location="cpu", weights_only=False)
-    # a finished stage keeps only its best weights; its record says how many steps it took (2 epochs)
-    assert [p.name for p in (tmp_path / "full/answerer/checkpoints").iterdir()] == ["best.ckpt"]
-    batches_per_epoch = json.loads((tmp_path / "full/answerer/stage.json").read_text())["global_step"] // 2
-    assert last["global_step"] == 4 and last["epoch"] == 0  # mid-epoch: step 4 of the first epoch
-    assert last["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"] == 4 < batches_per_epoch
-    assert last["QADataModule"]["train_position"] == {"epoch": 0, "batches_done": 4}
+    assert not any((killed_dir / name).exists() for name in OUTPUTS)
+    # the default callbacks wrote the first epoch's resume point (and nothing else but the run's files)
+    last = torch.load(killed_dir / "selector/checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    assert last["epoch"] == 0 and last["global_step"] == per_epoch and last["resume_point"]["end_of_epoch"]
+    assert last["QADataModule"]["train_position"] == {"epoch": 0, "batches_done": per_epoch}
+    assert sorted(p.name for p in (killed_dir / "selector/checkpoints").iterdir()) == ["last.ckpt"]
 
-    resumed = _train(tmp_path, killed_dir, "ckpt_path=last")
+    resumed = _train(uninterrupted, killed_dir, "ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "stage selector already finished" in resumed.stderr + resumed.stdout
-    assert json.loads((killed_dir / "metrics.json").read_text()) == json.loads(
-        (tmp_path / "full/metrics.json").read_text()
-    )
-    assert (killed_dir / "predictions.jsonl").read_text() == (tmp_path / "full/predictions.jsonl").read_text()
-    # the resumed run continued the same (offline) wandb run
+    log = resumed.stderr + resumed.stdout
+    assert (
+        f"stage selector resumes from {killed_dir / 'selector/checkpoints/last.ckpt'}, written at the end of epoch 0 "
+        f"(step {per_epoch}): training goes on with epoch 1"
+    ) in log
+    assert f"stage answerer has no resume point in {killed_dir / 'answerer/checkpoints'}: it starts afresh" in log
+    _assert_same_outputs(killed_dir, uninterrupted)
+    # a finished stage keeps only its best weights; the resumed run continued the same (offline) wandb run
+    assert [p.name for p in (killed_dir / "selector/checkpoints").iterdir()] == ["best.ckpt"]
     run_id = (killed_dir / "wandb_run_id.txt").read_text().strip()
-    assert len(list((killed_dir / "wandb").glob(f"offline-run-*-{run_id}"))) >= 1
+    assert len(list((killed_dir / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
+
+
+def test_sigint_then_sigterm_mid_epoch_leave_interrupted_runs_that_their_printed_commands_resume(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    selector_step = _batches_per_epoch(uninterrupted, "selector", 3) + 2
+    answerer_step = _batches_per_epoch(uninterrupted, "answerer", 2) // 2
+    run_dir = tmp_path / "stopped_model=x,seed=1"  # a folder name Hydra's override grammar needs quoted
+    signals = [
+        *_signal_at("ctrl_c", selector_step, "selector", "SIGINT"),
+        *_signal_at("sigterm", answerer_step, "answerer", "SIGTERM"),
+    ]
+    stopped = _train(uninterrupted, run_dir, *signals)
+    for signal_name, stage, step in (("SIGINT", "selector", selector_step), ("SIGTERM", "answerer", answerer_step)):
+        assert stopped.returncode == 128 + getattr(signal, signal_name), stopped.stderr[-3000:]
+        status = json.loads((run_dir / "status.json").read_text())
+        assert status["status"] == "interrupted" and status["signal"] == signal_name
+        assert status["resume_point"] == f"{stage}/checkpoints/last.ckpt"
+        point = torch.load(run_dir / status["resume_point"], map_location="cpu", weights_only=False)
+        assert point["global_step"] == step + 1 and not point["resume_point"]["end_of_epoch"]  # at the next step
+        command = status["resume_command"]
+        assert f"resume it with:\n  {command}\n" in stopped.stderr
+        arguments = shlex.split(command.split(" && ", 1)[1])
+        assert arguments[-2:] == [f"hydra.run.dir='{run_dir}'", "ckpt_path=last"] and "logger=wandb" in arguments
+        # the printed command, as a user pastes it into a shell (the signals do not fire again: they are past)
+        stopped = subprocess.run(command, shell=True, capture_output=True, text=True, check=False, env=os.environ)
+        assert f"stage {stage} resumes from {run_dir / status['resume_point']}, written in epoch" in (
+            stopped.stderr + stopped.stdout
+        )
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "finished"
+    _assert_same_outputs(run_dir, uninterrupted)
+
+
+def test_slurm_requeue_signal_requeues_the_job_and_the_restarted_job_resumes(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
+    scontrol.chmod(scontrol.stat().st_mode | stat.S_IEXEC)
+    slurm = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    run_dir = tmp_path / "slurm"
+    step = _batches_per_epoch(uninterrupted, "selector", 3) + 1
+    warned = _train(uninterrupted, run_dir, *_signal_at("warning", step, "selector", "SIGUSR1"), env=slurm)
+    assert warned.returncode == 128 + signal.SIGUSR1, warned.stderr[-3000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "interrupted" and status["requeue"] == "scontrol requeue"
+    assert (tmp_path / "scontrol.calls").read_text() == "requeue 4242\n"
+
+    # SLURM starts the same job again, with the same command: it resumes instead of refusing the folder
+    restarted = _train(
+        uninterrupted,
+        run_dir,
+        *_signal_at("warning", step, "selector", "SIGUSR1"),
+        env={**slurm, "SLURM_RESTART_COUNT": "1"},
+    )
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert "SLURM job 4242 restarted (1): resuming the run in" in restarted.stderr + restarted.stdout
+    _assert_same_outputs(run_dir, uninterrupted)

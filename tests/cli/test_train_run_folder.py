@@ -103,6 +103,7 @@ def test_a_wrong_stage_checkpoint_is_refused_as_selector(tmp_path: Path) -> None
         (["seed=${oops}"], "oops"),
         (["model.yes_no=both"], "model.yes_no='both': expected one of prefix, head"),
         (["model.answerer.input=long"], "model.answerer.input='long': expected one of auto, single, windows"),
+        (["dataset.sample=false", "dataset.data_dir=/nowhere"], "train file not found: /nowhere/musique_ans_v1.0"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expected: str, tmp_path: Path) -> None:
@@ -112,6 +113,9 @@ def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expect
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+    assert (result.stdout + result.stderr).count(expected) == 1  # said once, not logged a second time
+    # a run refused, or stopped before it trained anything, leaves no run folder behind
+    assert not [path for path in (tmp_path / "logs").rglob("*") if path.is_file()]
 
 
 @pytest.mark.slow
@@ -123,6 +127,20 @@ def test_a_hub_backbone_offline_says_it_needs_a_network(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
     assert "needs a network" in line and "backbone.path" in line
+    assert not (tmp_path / "run").exists()  # nothing trained: no run folder is left
+
+    # a user error after a stage trained keeps the run (resumable), marked failed
+    stage_done = _train_py(
+        [
+            *TINY,
+            "backbone@model.answerer.backbone=roberta_large",
+            f"hydra.run.dir={tmp_path}/run",
+            f"paths.cache_dir={tmp_path}/cache",
+        ],
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+    assert stage_done.returncode == 2 and "needs a network" in stage_done.stderr, stage_done.stderr[-2000:]
+    assert (tmp_path / "run" / "selector" / "stage.json").exists()
     assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "failed"
 
 

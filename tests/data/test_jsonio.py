@@ -52,3 +52,18 @@ def test_empty_file_and_non_object_records(tmp_path: Path) -> None:
 def test_missing_file_is_a_package_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(DatasetNotFoundError, match="missing.jsonl: file not found"):
         list(iter_json_records(tmp_path / "missing.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"id": "a", "question": "unterminated}\n', "malformed JSON: Unterminated string starting at column 25"),
+        ('[\n{"id": "a" "b": 1}\n]', "malformed JSON: Expecting ',' delimiter at column 12"),
+    ],
+)
+def test_a_malformed_json_message_is_a_whole_sentence_with_its_column(tmp_path: Path, text: str, reason: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(DataFormatError) as error:
+        list(iter_json_records(path))
+    assert error.value.reason == reason

@@ -165,18 +165,20 @@ def test_evaluate_cli_writes_full_precision_metrics_and_per_question_rows(tmp_pa
     rows[0]["predicted_answer"] = "Stanley County"  # F1 2/3 on the first question
     rows[1]["predicted_answerable"] = True  # its unanswerable twin judged answerable: group scores 0
     predictions = _write_lines(tmp_path / "p.jsonl", rows)
-    output = tmp_path / "out" / "metrics.json"
+    output = tmp_path / "out" / "scores_of_the_first_question_changed" / "metrics.json"
     result = _run_evaluate(
         [f"predictions={predictions}", f"gold={FULL}", f"output={output}", f"paths.log_dir={tmp_path}/logs"]
     )
     assert result.returncode == 0, result.stderr
+    # printed paths are whole lines even on a pipe (rich would wrap them at 80 columns)
+    assert len(str(output)) > 80 and f"\nmetrics: {output}\n" in result.stdout
     metrics = json.loads(output.read_text())
     assert metrics["answer_f1"] == (2 / 3 + 199) / 200  # exact: written at full precision
     assert metrics["group_answer_sufficiency_f1"] == 199 / 200
     assert metrics["sufficiency_accuracy"] == 399 / 400
     assert "group_answer_sufficiency_f1" in result.stdout and "answer_f1" in result.stdout
     per_question = [
-        json.loads(line) for line in (tmp_path / "out" / "metrics.per_question.jsonl").read_text().splitlines()
+        json.loads(line) for line in output.with_name("metrics.per_question.jsonl").read_text().splitlines()
     ]
     assert len(per_question) == 400 and per_question[0]["answer_f1"] == pytest.approx(2 / 3)
     assert not (tmp_path / "logs").exists()  # no Hydra run folder

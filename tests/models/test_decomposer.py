@@ -87,22 +87,25 @@ def test_real_decompositions_of_2_3_and_4_hops_round_trip() -> None:
         (
             "[[CQS]] 0 [[CQE]] who wrote [[RQS]] 1 [[RQE]] [[CQS]] 1 [[CQE]] where is [[RQS]] 1 [[RQE]] ?",
             ["who wrote #2", "where is #2 ?"],
-            ["step 1 refers to #2, a later step", "step 2 refers to #2, its own answer"],
+            [
+                "step 0 refers to [[RQS]] 1 [[RQE]], a later step's answer",
+                "step 1 refers to [[RQS]] 1 [[RQE]], its own answer",
+            ],
         ),
         (
             "[[CQS]] 0 [[CQE]] Brand >> author [[CQS]] 1 [[CQE]] [[RQS]] 3 [[RQE]] >> country",
             ["Brand >> author", "#4 >> country"],
-            ["step 2 refers to #4, which does not exist"],
+            ["step 1 refers to [[RQS]] 3 [[RQE]], which is no step"],
         ),
         ("  Who wrote   Brand?  ", ["Who wrote Brand?"], ["no [[CQS]] i [[CQE]] marker: one step"]),
         (
             "who wrote [[RQS]] 0 [[RQE]]",
             ["who wrote #1"],
-            ["no [[CQS]] i [[CQE]] marker: one step", "step 1 refers to #1, its own answer"],
+            ["no [[CQS]] i [[CQE]] marker: one step", "step 0 refers to [[RQS]] 0 [[RQE]], its own answer"],
         ),
         ("", [""], ["empty text"]),
         ("   ", [""], ["empty text"]),
-        ("[[CQS]] 0 [[CQE]] [[CQS]] 1 [[CQE]] Brand >> author", ["", "Brand >> author"], ["step 1 is empty"]),
+        ("[[CQS]] 0 [[CQE]] [[CQS]] 1 [[CQE]] Brand >> author", ["", "Brand >> author"], ["step 0 is empty"]),
     ],
 )
 def test_invalid_decompositions_say_what_is_wrong(text: str, steps: list[str], problems: list[str]) -> None:

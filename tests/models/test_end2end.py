@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from musique_models import PROJECT_ROOT
 from musique_models.cli.train import train
 from musique_models.data.source import DatasetSource
+from musique_models.errors import ConfigValueError
 from musique_models.features.context import PARAGRAPH_MARKER, YES_NO_PREFIX, build_context
 from musique_models.features.end2end import featurize_end2end, shared_cap
 from musique_models.models.backbone import BackboneError, load_tokenizer
@@ -113,6 +114,45 @@ def test_global_attention_on_everything_before_the_context_and_on_markers(tokeni
                     tokenizer.sep_token_id,
                     tokenizer.convert_tokens_to_ids(PARAGRAPH_MARKER),
                 ]
+
+
+def test_global_attention_on_the_question_only_is_the_former_choice(tokenizer, tmp_path: Path) -> None:
+    table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 2)
+    rows = _rows(tokenizer, table, tmp_path, global_attention="question")
+    for i in range(2):
+        question = tokenizer(table[i]["question"], add_special_tokens=False)["input_ids"]
+        expected = set(range(1, 1 + len(question))) | set(rows[i]["marker_positions"])  # no [CLS], no [SEP]
+        assert set(rows[i]["global_positions"]) == expected
+    with pytest.raises(ConfigValueError, match="global_attention='all': expected one of before_context, question"):
+        _rows(tokenizer, table, tmp_path, global_attention="all")
+
+
+def test_the_head_losses_weigh_support_as_the_official_loss_does(tokenizer, compose_train_cfg, tmp_path: Path) -> None:
+    """The official `transformer_rc` loss: (start CE + end CE) / 2 + BCE of the support logits averaged over every
+    marker of the batch; on MuSiQue every question has 20 paragraphs, so no marker is padding and ours is equal."""
+    table = _table(tmp_path, "musique_ans/dev.jsonl", "musique", 2)
+    rows = _rows(tokenizer, table, tmp_path)
+    batch = PaddingCollator(tokenizer.pad_token_id, tokenizer.sep_token_id)([rows[0], rows[1]])
+    assert bool(batch["marker_mask"].all()) and batch["marker_mask"].shape[1] == 20
+    torch.manual_seed(0)
+    outputs = {
+        "start_logits": torch.randn(batch["input_ids"].shape),
+        "end_logits": torch.randn(batch["input_ids"].shape),
+        "support_logits": torch.randn(batch["marker_positions"].shape),
+    }
+    reader = End2EndReader(instantiate(compose_train_cfg(["backbone=tiny_longformer"]).backbone), len(tokenizer))
+    losses = reader.head_losses(batch, outputs)
+    context = batch["offset_mapping"][..., 0] >= 0
+    official_span = (
+        sum(
+            torch.nn.functional.cross_entropy(outputs[name].masked_fill(~context, -1e4), batch[label])
+            for name, label in (("start_logits", "start_position"), ("end_logits", "end_position"))
+        )
+        / 2
+    )
+    official_support = torch.nn.BCEWithLogitsLoss()(outputs["support_logits"], batch["support_labels"])
+    assert torch.allclose(losses["span"], official_span) and torch.allclose(losses["support"], official_support)
+    assert torch.allclose(reader.loss(batch, outputs), official_span + official_support)
 
 
 def _paragraph_of(row: dict, token: int) -> int:

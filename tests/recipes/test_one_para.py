@@ -111,8 +111,9 @@ def test_fast_dev_run_one_para_reads_one_paragraph_and_predicts_it_as_support(da
     evaluation = instantiate(cfg.dataset).load("dev")
     rows_per_question = 2 if dataset == "musique_full" else 1
     assert ranking["top_k"] == 1 and len(predictions) == 5 * rows_per_question
-    for row, (prediction, ranked) in enumerate(zip(predictions, ranking["rankings"])):
-        assert prediction["id"] == evaluation[row]["id"]
+    for row, (prediction, ranked) in enumerate(zip(predictions, ranking["rankings"], strict=True)):
+        assert prediction["id"] == evaluation[row]["id"] == ranked["id"]
+        ranked = ranked["ranking"]
         assert prediction["predicted_support_idxs"] == ranked[:1]  # the paragraph read is the support
         # the answer is a span of that paragraph (with its title where the dataset shows titles) or of the prefix
         paragraph = next(p for p in evaluation[row]["paragraphs"] if p["idx"] == ranked[0])

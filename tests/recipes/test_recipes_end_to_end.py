@@ -100,8 +100,14 @@ def test_fast_dev_run_select_answer_on_every_sample(dataset: str, compose_train_
     ranking = json.loads((run / "selector_ranking.json").read_text())
     assert len(ranking["rankings"]) == 10 * rows_per_question and 0.0 <= ranking["metrics"]["recall_at_7"] <= 1.0
     # the answerer read each question's top K of that ranking: every predicted support paragraph is among them
-    for prediction, ranked in zip(predictions, ranking["rankings"]):
-        assert set(prediction["predicted_support_idxs"]) <= set(ranked[: ranking["top_k"]])
+    for prediction, ranked in zip(predictions, ranking["rankings"], strict=True):
+        assert prediction["id"] == ranked["id"]  # each ranking names its question
+        assert set(prediction["predicted_support_idxs"]) <= set(ranked["ranking"][: ranking["top_k"]])
+    # the training split's ranking, which the answerer trained on, names its questions too (twins: two rows)
+    trained = json.loads((run / "subsample_train_ids.json").read_text())["ids"]
+    train_ranking = json.loads((run / "selector" / "ranking_train.json").read_text())["rankings"]
+    assert list(dict.fromkeys(row["id"] for row in train_ranking)) == trained
+    assert len(train_ranking) == len(trained) * rows_per_question
 
 
 def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:

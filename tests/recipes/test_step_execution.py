@@ -314,8 +314,6 @@ RESUMABLE_RUN = [
     "model.selector.max_epochs=1",
     "model.answerer.max_epochs=2",
     "model.answerer.micro_batch_size=2",
-    "callbacks=none",
-    "callbacks.step_checkpoint.every_n_train_steps=2",
     "trainer.enable_progress_bar=false",
     "logger=none",
     "trainer.threads=2",  # not `auto`: a thread count that follows the load would change float rounding
@@ -328,20 +326,23 @@ def test_kill_in_the_executors_training_then_resume_matches_an_uninterrupted_run
 
     uninterrupted = run(tmp_path / "full")
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    # the default callbacks: killed in the executor answerer's second epoch, it resumes from its first epoch's end
+    per_epoch = json.loads((tmp_path / "full/executor_answerer/stage.json").read_text())["global_step"] // 2
     killed_dir = tmp_path / "killed"
     killed = run(
         killed_dir,
-        "+callbacks.killer._target_=tests.cli.killer.KillAtStep",
-        "+callbacks.killer.step=3",
+        "+callbacks.killer._target_=tests.cli.killer.SignalAtStep",
+        f"+callbacks.killer.step={per_epoch + 1}",
         "+callbacks.killer.stage=executor_answerer",
     )
     assert killed.returncode == -signal.SIGKILL
     assert (killed_dir / "executor_selector/stage.json").exists()
     assert not (killed_dir / "executor_answerer/stage.json").exists()
-    assert (killed_dir / "executor_answerer/checkpoints/steps/last.ckpt").exists()
+    assert (killed_dir / "executor_answerer/checkpoints/last.ckpt").exists()
     resumed = run(killed_dir, "ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "stage decomposer already finished" in resumed.stderr + resumed.stdout
+    assert "stage executor_answerer resumes from" in resumed.stderr + resumed.stdout
     for name in ("predictions.jsonl", "steps.jsonl", "decompositions.jsonl", "metrics.json"):
         assert (killed_dir / name).read_text() == (tmp_path / "full" / name).read_text(), name
 

@@ -4,6 +4,7 @@ the PNG's size, the offline wandb path giving the same table, the online mapping
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import struct
 from pathlib import Path
@@ -17,8 +18,10 @@ from musique_models import PROJECT_ROOT
 from musique_models.cli.train import train
 from musique_models.io import write_json
 from musique_models.report.__main__ import main
-from musique_models.report.runs import record_from_wandb_run
-from musique_models.report.tables import PAPER_RESULTS, parse_markdown_table
+from musique_models.report.groups import group_runs
+from musique_models.report.plot import ZERO_BAR, draw_report
+from musique_models.report.runs import RunRecord, record_from_wandb_run
+from musique_models.report.tables import PAPER_RESULTS, parse_markdown_table, table_rows
 
 TINY = [
     "backbone=tiny",
@@ -29,12 +32,27 @@ TINY = [
     "trainer.enable_progress_bar=false",
     "trainer.threads=1",
 ]
-# folder -> (system, dataset, overrides): two seeds of one system, and a multirun of two jobs
+# folder -> (system, dataset, overrides): two seeds of one system logged to wandb, a repeat of the first seed (not
+# logged: a result-neutral setting), the same system on another backbone, and a multirun of two jobs
 RUNS = {
-    "runs/sa_seed1": ("SA", "musique_ans", ["model=select_answer", "dataset=musique_ans", "seed=1", "logger=wandb"]),
-    "runs/sa_seed2": ("SA", "musique_ans", ["model=select_answer", "dataset=musique_ans", "seed=2", "logger=wandb"]),
+    "logged/sa_seed1": ("SA", "musique_ans", ["model=select_answer", "dataset=musique_ans", "seed=1", "logger=wandb"]),
+    "logged/sa_seed2": ("SA", "musique_ans", ["model=select_answer", "dataset=musique_ans", "seed=2", "logger=wandb"]),
+    "runs/sa_seed1_again": ("SA", "musique_ans", ["model=select_answer", "dataset=musique_ans", "seed=1"]),
+    "runs/sa_longformer": (
+        "SA",
+        "musique_ans",
+        ["model=select_answer", "dataset=musique_ans", "seed=1", "backbone=tiny_longformer", "logger=none"],
+    ),
     "multi/0": ("SA", "hotpotqa_20k", ["model=select_answer", "dataset=hotpotqa_20k", "logger=none"]),
     "multi/1": ("1-Para", "hotpotqa_20k", ["model=one_para", "dataset=hotpotqa_20k", "logger=none"]),
+}
+# the row of each counted run: seed 1 counts once, as its newest run (made after logged/sa_seed1)
+ROWS = {
+    "runs/sa_seed1_again": "SA [sample] (backbone=tiny)",
+    "logged/sa_seed2": "SA [sample] (backbone=tiny)",
+    "runs/sa_longformer": "SA [sample] (backbone=tiny_longformer)",
+    "multi/0": "SA [sample]",
+    "multi/1": "1-Para [sample]",
 }
 LABELS = {
     "musique_ans": "MuSiQue-Ans",
@@ -53,7 +71,7 @@ METRICS = {
 
 @pytest.fixture(scope="module")
 def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four finished tiny runs (two in a multirun-shaped folder) and one unfinished job folder."""
+    """Six finished tiny runs (two in a multirun-shaped folder) and one unfinished job folder."""
     root = tmp_path_factory.mktemp("report")
     for folder, (_, _, overrides) in RUNS.items():
         with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
@@ -70,19 +88,22 @@ def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def expected_cell(values: list[float], paper: float | None) -> str:
+def expected_ours(values: list[float]) -> str:
     scaled = [100 * v for v in values]
     if not scaled:
-        ours = "–"
-    elif len(scaled) == 1:
-        ours = f"{scaled[0]:.1f}"
-    else:
-        ours = f"{statistics.fmean(scaled):.1f} ± {statistics.stdev(scaled):.1f} (n={len(scaled)})"
+        return "–"
+    if len(scaled) == 1:
+        return f"{scaled[0]:.1f}"
+    return f"{statistics.fmean(scaled):.1f} ± {statistics.stdev(scaled):.1f} (n={len(scaled)})"
+
+
+def expected_cell(values: list[float], paper: float | None) -> str:
+    ours = expected_ours(values)
     if paper is None:
         return f"{ours} (–)"
-    if not scaled:
+    if not values:
         return f"{ours} ({paper:.1f})"
-    return f"{ours} ({paper:.1f}, {statistics.fmean(scaled) - paper:+.1f})"
+    return f"{ours} ({paper:.1f}, {statistics.fmean(100 * v for v in values) - paper:+.1f})"
 
 
 def paper_figures() -> dict[tuple[str, str, str], float]:
@@ -98,20 +119,21 @@ def run_report(tmp_path: Path, *arguments: str) -> Path:
     return out
 
 
-def test_table_cells_match_the_runs_and_the_paper(runs_root: Path, tmp_path: Path) -> None:
-    out = run_report(tmp_path, str(runs_root / "runs"), str(runs_root / "multi"))
+def test_runs_group_only_when_they_differ_in_the_seed_and_each_seed_counts_once(
+    runs_root: Path, tmp_path: Path
+) -> None:
+    out = run_report(tmp_path, *(str(runs_root / folder) for folder in ("logged", "runs", "multi")))
     rows = {row["system"]: row for row in parse_markdown_table((out / "table.md").read_text())}
     paper = paper_figures()
 
     metrics = {folder: json.loads((runs_root / folder / "metrics.json").read_text()) for folder in RUNS}
-    expected_rows = {f"{system} [sample]" for system, _, _ in RUNS.values()}
-    expected_rows |= {system for system, _, metric in paper if system and metric in METRICS}
-    assert set(rows) == expected_rows
+    paper_rows = {system for system, _, metric in paper if system and metric in METRICS}
+    assert set(rows) == set(ROWS.values()) | paper_rows
     order = ["EE", "SA", "EX(EE)", "EX(SA)", "Q-only", "C-only", "1-Para"]
     labels = list(rows)
-    assert labels == sorted(labels, key=lambda label: (order.index(label.split()[0]), label))
+    assert labels == sorted(labels, key=lambda label: (order.index(label.split()[0]), "[" in label, label))
     for label, row in rows.items():
-        system, sample = label.split()[0], label.endswith("[sample]")
+        system = label.split()[0]
         columns = [c for c in row if c != "system"]
         assert len(columns) == 11
         for column in columns:
@@ -119,20 +141,132 @@ def test_table_cells_match_the_runs_and_the_paper(runs_root: Path, tmp_path: Pat
             metric = column[len(LABELS[dataset]) + 1 :]
             values = [
                 metrics[folder][METRICS[metric]]
-                for folder, (run_system, run_dataset, _) in RUNS.items()
-                if sample and run_system == system and run_dataset == dataset and METRICS[metric] in metrics[folder]
+                for folder, row_label in ROWS.items()
+                if row_label == label and RUNS[folder][1] == dataset and METRICS[metric] in metrics[folder]
             ]
-            assert row[column] == expected_cell(values, paper.get((system, dataset, metric))), (label, column)
-    assert "± " in rows["SA [sample]"]["MuSiQue-Ans An"] and "(n=2)" in rows["SA [sample]"]["MuSiQue-Ans An"]
+            if label in paper_rows:  # the paper's own row: its figures, no run of ours (every run is a sample)
+                assert row[column] == expected_cell([], paper.get((system, dataset, metric))), (label, column)
+            else:  # sample runs are never set beside the paper's figures
+                assert row[column] == expected_ours(values), (label, column)
+    # seeds 1 and 2 of the tiny backbone: n=2, the repeat of seed 1 not counted, the other backbone apart
+    assert rows["SA [sample] (backbone=tiny)"]["MuSiQue-Ans An"].endswith("(n=2)")
     table = (out / "table.md").read_text()
-    assert "SAMPLE runs" in table and str(runs_root / "multi" / "0") in table
+    assert f"seed 1: {runs_root / 'runs/sa_seed1_again'}, seed 2: {runs_root / 'logged/sa_seed2'}" in table
+    assert f"  - repeat of seed 1, not counted: {runs_root / 'logged/sa_seed1'}" in table
     assert "\\begin{tabular}" in (out / "table.tex").read_text()
     per_hop = (out / "per_hop.md").read_text()
-    assert "| answer_f1 |" in per_hop and "2hop" in per_hop
+    assert "## SA [sample] (backbone=tiny_longformer) on MuSiQue-Ans" in per_hop and "| answer_f1 |" in per_hop
     assert "DiRe" in (out / "dire.md").read_text()
     png = (out / "report.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
     assert struct.unpack(">II", png[16:24]) == (1200, 500)
+
+
+def _copy_run(source: Path, target: Path, origin: str, **config: object) -> None:
+    """A copy of a finished run whose provenance says it read `origin` files, with `config` values changed."""
+    shutil.copytree(source, target)
+    provenance = json.loads((target / "provenance.json").read_text())
+    provenance["data"]["origin"] = origin
+    write_json(target / "provenance.json", provenance)
+    saved = yaml.safe_load((target / "config.yaml").read_text())
+    for key, value in config.items():
+        section, _, name = key.rpartition(".")
+        (saved[section] if section else saved)[name] = value
+    (target / "config.yaml").write_text(yaml.safe_dump(saved))
+
+
+def test_only_runs_on_the_official_files_and_the_papers_setup_are_set_beside_the_paper(
+    runs_root: Path, tmp_path: Path
+) -> None:
+    one_para = runs_root / "multi" / "1"
+    copies = tmp_path / "copies"
+    paper_setup = {"dataset.sample": False, "dataset.train_size": 20000, "eval_size": None}
+    _copy_run(one_para, copies / "official", "official", **paper_setup)
+    _copy_run(one_para, copies / "subset", "official", **{**paper_setup, "eval_size": 100})
+    _copy_run(one_para, copies / "own_files", "other files", **paper_setup)
+    out = run_report(tmp_path, str(copies))
+    rows = {row["system"]: row for row in parse_markdown_table((out / "table.md").read_text())}
+    an = 100 * json.loads((one_para / "metrics.json").read_text())["answer_f1"]
+    assert rows["1-Para"]["HotpotQA An"] == f"{an:.1f} (64.8, {an - 64.8:+.1f})"
+    assert rows["1-Para [first 100 questions]"]["HotpotQA An"] == f"{an:.1f}"
+    assert rows["1-Para [other files]"]["HotpotQA An"] == f"{an:.1f}"
+    # the three differ in their setup, never only in the seed: none is averaged with another
+    assert all("(n=" not in row["HotpotQA An"] for row in rows.values())
+
+
+def test_provenance_differences_within_a_group_are_shown(runs_root: Path, tmp_path: Path) -> None:
+    copies = tmp_path / "copies"
+    _copy_run(runs_root / "logged/sa_seed1", copies / "a", "sample")
+    _copy_run(runs_root / "logged/sa_seed2", copies / "b", "sample")
+    provenance = json.loads((copies / "b/provenance.json").read_text())
+    torch_version = provenance["versions"]["torch"]
+    provenance["code"]["commit"] = "0" * 40
+    provenance["versions"]["torch"] = "9.9.9"
+    write_json(copies / "b/provenance.json", provenance)
+    table = (run_report(tmp_path, str(copies)) / "table.md").read_text()
+    commit = json.loads((copies / "a/provenance.json").read_text())["code"]["commit"]
+    assert f"  - the runs differ in code.commit: {commit}, {'0' * 40}" in table
+    assert f"  - the runs differ in versions.torch: {torch_version}, 9.9.9" in table
+    rows = parse_markdown_table(table)
+    assert [row["system"] for row in rows if "(n=2)" in row["MuSiQue-Ans An"]] == ["SA [sample]"]
+
+
+def test_every_group_gets_its_own_label_and_row_however_few_settings_set_it_apart() -> None:
+    def record(seed: int, answer_f1: float, **settings: object) -> RunRecord:
+        model = {"name": "select_answer", "selector": {"backbone": {"name": "tiny", "learning_rate": 1e-4}}}
+        model.update(settings)
+        config = {"dataset": {"name": "musique_ans", "train_size": 20000}, "model": model, "seed": seed}
+        provenance = {"data": {"origin": "sample", "files": {"dev": {"sha256": "f"}}}}
+        return RunRecord(
+            "SA", "SA", "musique_ans", True, seed, {"answer_f1": answer_f1}, config=config, provenance=provenance
+        )
+
+    groups = group_runs(
+        [
+            record(1, 0.1),
+            record(1, 0.5, a=1, b=1, c=1, d=1),
+            record(1, 0.3, a=1, b=1, c=1, d=2),  # apart from the one above only in a fourth setting
+            record(1, 0.7, selector_checkpoint="/runs/one/selector/checkpoints/best.ckpt"),
+            record(1, 0.9, selector_checkpoint="/runs/two/selector/checkpoints/best.ckpt"),  # another reused selector
+        ]
+    )
+    labels = [group.row_label for group in groups]
+    assert len(groups) == 5 and len(set(labels)) == 5, labels
+    # b and c vary as a does: counted, not shown; as many settings as it takes to tell every group apart
+    assert "SA [sample] (model.a=1, model.d=2, model.selector_checkpoint=null, +2 more)" in labels
+    rows = [row for row in table_rows(groups, {}) if row[0] in labels]
+    assert sorted(len(cells[0][0]) for _, _, cells in rows) == [1, 1, 1, 1, 1]  # never two groups in one cell
+
+
+def test_report_png_draws_zeros_missing_scores_values_and_the_papers_diamonds() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def record(system: str, metrics: dict[str, float], origin: str) -> RunRecord:
+        config = {"dataset": {"name": "hotpotqa_20k", "sample": origin == "sample", "train_size": 20000}}
+        provenance = {"data": {"origin": origin, "files": {"dev": {"sha256": "f"}}}}
+        return RunRecord(
+            system, system, "hotpotqa_20k", origin == "sample", 1, metrics, config=config, provenance=provenance
+        )
+
+    groups = group_runs(
+        [
+            record("1-Para", {"answer_f1": 0.0}, "official"),  # An zero, Sp missing; the paper's An is 64.8
+            record("C-only", {"answer_f1": 0.25, "support_f1": 0.5}, "sample"),  # no diamond beside a sample
+        ]
+    )
+    figure, axes = plt.subplots()
+    draw_report(axes, groups, {("1-Para", "hotpotqa_20k", "An"): 64.8, ("C-only", "hotpotqa_20k", "An"): 18.4})
+    heights = sorted(round(patch.get_height(), 3) for patch in axes.patches)
+    assert heights == [ZERO_BAR, 25.0, 50.0]  # the zero is a visible sliver; the missing Sp has no bar
+    assert sorted(text.get_text() for text in axes.texts) == ["0.0", "25.0", "50.0", "n/a"]
+    diamonds = [line for line in axes.lines if line.get_marker() == "D" and len(line.get_xdata())]
+    position = [group.system for group in groups].index("1-Para")  # An's bar is the left one of its group
+    assert [(float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in diamonds] == [(position - 0.19, 64.8)]
+    assert "the paper" in [text.get_text() for text in axes.get_legend().get_texts()]
+    plt.close(figure)
 
 
 def test_dire_md_sets_each_dire_score_beside_its_original(runs_root: Path, tmp_path: Path) -> None:
@@ -168,8 +302,8 @@ def test_unfinished_runs_are_skipped_with_a_warning(runs_root: Path, tmp_path: P
 
 
 def test_offline_wandb_folders_give_the_same_table(runs_root: Path, tmp_path: Path) -> None:
-    from_folders = run_report(tmp_path / "folders", str(runs_root / "runs"))
-    from_wandb = run_report(tmp_path / "wandb", "--wandb-dir", str(runs_root / "runs"))
+    from_folders = run_report(tmp_path / "folders", str(runs_root / "logged"))
+    from_wandb = run_report(tmp_path / "wandb", "--wandb-dir", str(runs_root / "logged"))
     assert parse_markdown_table((from_wandb / "table.md").read_text()) == parse_markdown_table(
         (from_folders / "table.md").read_text()
     )

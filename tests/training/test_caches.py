@@ -16,7 +16,7 @@ from musique_models import PROJECT_ROOT
 from musique_models.data import source as source_module
 from musique_models.data.source import DatasetSource
 from musique_models.features.selector import featurize_selector
-from musique_models.io import code_fingerprint
+from musique_models.io import code_fingerprint, file_sha256
 from musique_models.models.backbone import load_tokenizer
 from musique_models.training import datamodule
 from tests.conftest import SAMPLES
@@ -93,6 +93,7 @@ def test_parsed_splits_are_reparsed_when_the_reader_code_changes(tmp_path: Path,
         files={"dev": str(SAMPLES / "musique_ans" / "dev.jsonl")},
     )
     path = source.path("dev")
-    before = source._cache_path(path)
+    digest = file_sha256(path)
+    before = source._cache_path(path, digest)
     monkeypatch.setattr(source_module, "code_fingerprint", lambda *modules: "edited")
-    assert source._cache_path(path) != before
+    assert source._cache_path(path, digest) != before

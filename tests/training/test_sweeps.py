@@ -96,13 +96,15 @@ def test_two_optuna_trials_of_the_select_answer_search(tmp_path: Path) -> None:
             "trainer.enable_progress_bar=false",
             "logger=none",
             f"hydra.sweep.dir={sweep_dir}",
-            "hydra.sweep.subdir=${hydra.job.num}",
             f"paths.cache_dir={tmp_path}/cache",
         ]
     )
     assert result.returncode == 0, result.stderr[-3000:]
     trials = sorted(path for path in sweep_dir.iterdir() if path.is_dir())
-    assert [path.name for path in trials] == ["0", "1"]
+    assert [path.name for path in trials] == ["0", "1"]  # short job folders; each keeps its overrides
+    for trial in trials:
+        overrides = json.loads((trial / "provenance.json").read_text())["overrides"]
+        assert "backbone=tiny" in overrides and any(o.startswith("model.selector.lr=") for o in overrides)
     assert all(json.loads((trial / "status.json").read_text())["status"] == "finished" for trial in trials)
     best = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     params = best["best_params"]
