@@ -161,7 +161,7 @@ def group_runs(runs: Sequence[RunRecord]) -> list[RunGroup]:
         group = groups.setdefault(key, RunGroup(run.system, run.dataset, origin(run), settings, fingerprints, []))
         group.runs.append(run)
     for group in groups.values():
-        newest_first = sorted(group.runs, key=lambda run: run.finished_at, reverse=True)
+        newest_first = sorted(group.runs, key=lambda run: run.made_at, reverse=True)
         kept: dict[Any, RunRecord] = {}
         for run in newest_first:
             if run.seed in kept:

@@ -34,8 +34,9 @@ class ReportError(MusiqueModelsError):
 @dataclass
 class RunRecord:
     """One finished run: where it comes from, the paper row and dataset it belongs to, its scores, its resolved
-    config and its provenance (`provenance.json`; empty for runs made before runs recorded it), and when it
-    finished (seconds since the epoch; 0 when unknown)."""
+    config and its provenance (`provenance.json`; empty for runs made before runs recorded it), and when it was
+    made (seconds since the epoch: a run folder's metrics file, a wandb run's start; 0 when unknown), which decides
+    which of a repeated seed's runs counts."""
 
     source: str
     system: str
@@ -46,7 +47,7 @@ class RunRecord:
     dire_metrics: dict[str, float] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
-    finished_at: float = 0.0
+    made_at: float = 0.0
 
 
 def system_name(config: Mapping[str, Any]) -> str | None:
@@ -64,7 +65,7 @@ def record_from_config(
     metrics: Mapping[str, Any],
     dire_metrics: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
-    finished_at: float = 0.0,
+    made_at: float = 0.0,
 ) -> RunRecord | None:
     """A `RunRecord` from a resolved run config and its flat metrics; None when the model is no paper system."""
     system = system_name(config)
@@ -84,7 +85,7 @@ def record_from_config(
         },
         config=dict(config),
         provenance=dict(provenance or {}),
-        finished_at=finished_at,
+        made_at=made_at,
     )
 
 
@@ -169,7 +170,7 @@ def record_from_wandb_run(run: Any) -> RunRecord | None:
     source = "wandb:" + ("/".join(path) if isinstance(path, list | tuple) else str(path or getattr(run, "id", "?")))
     config = config_from_wandb(dict(run.config))
     provenance = config.pop("provenance", None)
-    return record_from_config(source, config, metrics, provenance=provenance, finished_at=_timestamp(run))
+    return record_from_config(source, config, metrics, provenance=provenance, made_at=_timestamp(run))
 
 
 def _started(folder: Path) -> float:
@@ -220,7 +221,7 @@ def find_wandb_offline(directory: str | Path) -> tuple[list[RunRecord], list[str
             continue
         plain = config_from_wandb(config)
         provenance = plain.pop("provenance", None)
-        record = record_from_config(str(folder), plain, metrics, provenance=provenance, finished_at=_started(folder))
+        record = record_from_config(str(folder), plain, metrics, provenance=provenance, made_at=_started(folder))
         if record is None:
             warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the paper's table")
         else:
