@@ -35,7 +35,16 @@ from musique_models.io import atomic_open, write_json
 from musique_models.recipes.base import Recipe, RunContext
 from musique_models.training.loggers import close_run_loggers, log_run_results, run_loggers
 from musique_models.training.malloc import keep_freed_memory
-from musique_models.training.provenance import PROVENANCE_FILE, flatten_config, is_result_neutral, run_provenance
+from musique_models.training.provenance import (
+    OFFICIAL_FILE_KEYS,
+    PROVENANCE_FILE,
+    SAMPLE_FILE_KEYS,
+    flatten_config,
+    is_result_neutral,
+    is_under,
+    override_keys,
+    run_provenance,
+)
 from musique_models.training.resume import (
     RESUME_FILE,
     STOP,
@@ -49,6 +58,7 @@ log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
 CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.json"
 
 
 class RunConfigError(MusiqueModelsError):
@@ -81,13 +91,16 @@ def train(cfg: DictConfig) -> float | None:
         raise
     print(f"run folder: {output_dir}", flush=True)  # never wrapped: it is copied into commands
     write_to_log_file(f"run folder: {output_dir}")
+    if cfg.get("ckpt_path") == "last" and is_finished(output_dir):
+        log.info("the run in %s already finished: nothing to resume (its metrics: %s)", output_dir, METRICS_FILE)
+        return json.loads((output_dir / METRICS_FILE).read_text()).get(cfg.optimized_metric)
     write_json(output_dir / STATUS_FILE, {"status": "running", "pid": os.getpid()})
     try:
         with STOP.handling(slurm="SLURM_JOB_ID" in os.environ):
             result = _train(cfg, output_dir, Console())
     except BaseException as error:
         if is_interruption(error):
-            raise interrupted(output_dir) from None
+            raise interrupted(output_dir, interruption_reason(error)) from None
         user_error = user_error_message(error) is not None
         if user_error and made_for_this_run and not has_trained(output_dir):
             shutil.rmtree(output_dir, ignore_errors=True)
@@ -115,6 +128,15 @@ def is_made_for_this_run(output_dir: Path) -> bool:
     return not output_dir.exists() or set(os.listdir(output_dir)) <= HYDRA_FILES
 
 
+def is_finished(output_dir: Path) -> bool:
+    """Whether the run in `output_dir` finished: its status says so and its metrics are written."""
+    try:
+        status = json.loads((output_dir / STATUS_FILE).read_text()).get("status")
+    except (OSError, ValueError):
+        return False
+    return status == "finished" and (output_dir / METRICS_FILE).exists()
+
+
 def has_trained(output_dir: Path) -> bool:
     """Whether any stage of the run in `output_dir` started training (it has checkpoints or a stage record)."""
     return any(output_dir.glob("*/checkpoints")) or any(output_dir.glob(f"*/{STAGE_FILE}"))
@@ -133,12 +155,28 @@ def is_interruption(error: BaseException) -> bool:
     return STOP.requested and isinstance(error, KeyboardInterrupt | SystemExit)
 
 
-def interrupted(output_dir: Path) -> SystemExit:
+def interruption_reason(error: BaseException) -> str:
+    """What stopped the run, as the `RunInterrupted` in the error's chain says (`SIGINT received again: stopped at
+    once`), else the signal's name."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RunInterrupted) and str(current):
+            return str(current)
+        current = current.__cause__ or current.__context__
+    return STOP.signal_name or "a stop request"
+
+
+def interrupted(output_dir: Path, reason: str) -> SystemExit:
     """Record the stopped run as `interrupted` with its resume point and the command that resumes it, print both,
     requeue the job when SLURM asked (its time-limit or pre-emption signal), and give the exit to raise
     (128 + the signal's number, as a shell reports a process stopped by a signal)."""
     command = resume_command(output_dir)
     record: dict[str, Any] = {"status": "interrupted", "signal": STOP.signal_name, "resume_command": command}
+    sweep_command = sweep_resume_command()
+    if sweep_command is not None:
+        record["sweep_resume_command"] = sweep_command
     points = sorted(output_dir.glob(f"*/checkpoints/{RESUME_FILE}"), key=lambda path: path.stat().st_mtime_ns)
     if points:
         record["resume_point"] = str(points[-1].relative_to(output_dir))
@@ -152,8 +190,12 @@ def interrupted(output_dir: Path) -> SystemExit:
             where = f"{points[-1]}, {describe_resume_point(points[-1])}"
         except Exception as error:  # the status is written; a point that cannot be read is only not described
             where = f"{points[-1]} (not readable: {error})"
-    log.warning("run interrupted (%s). Resume point: %s", STOP.signal_name, where)
+    log.warning("run interrupted (%s). Resume point: %s", reason, where)
     print(f"resume it with:\n  {command}", file=sys.stderr, flush=True)
+    if sweep_command is not None:
+        print(
+            f"or resume the whole sweep (finished jobs are kept) with:\n  {sweep_command}", file=sys.stderr, flush=True
+        )
     if STOP.requeue:
         requeue_slurm_job(STOP.signum, STOP.previous.get(STOP.signum))
     return SystemExit(128 + int(STOP.signum or 0))
@@ -162,43 +204,97 @@ def interrupted(output_dir: Path) -> SystemExit:
 def resume_command(output_dir: Path) -> str:
     """The exact command that resumes the run in `output_dir`: the run's own overrides (a multirun job's, as a
     single run), its folder and `ckpt_path=last`, from the folder it was started in. The folder is quoted for
-    Hydra's override grammar (a path may hold `=`, `,`, brackets) and the whole for the shell."""
+    Hydra's override grammar where it needs it (a path may hold `=`, `,`, brackets) and the whole for the shell."""
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
-        overrides = [o for o in hydra_cfg.overrides.task if o.split("=", 1)[0].lstrip("+~") != "ckpt_path"]
+        overrides = [o for o in task_overrides() if o.split("=", 1)[0].lstrip("+~") != "ckpt_path"]
         if hydra_cfg.mode == RunMode.MULTIRUN:
             overrides.append("hydra.mode=RUN")
         cwd = hydra_cfg.runtime.cwd
     else:  # called from Python, not through train.py: the overrides are not known here
         overrides, cwd = ["<the run's overrides>"], os.getcwd()
-    folder = str(output_dir.resolve()).replace("'", "\\'")  # in Hydra's quoted values only quotes are escaped
     arguments = [
         sys.executable,
         str(PROJECT_ROOT / "train.py"),
         *overrides,
-        f"hydra.run.dir='{folder}'",
+        f"hydra.run.dir={hydra_value(str(output_dir.resolve()))}",
         "ckpt_path=last",
     ]
     return f"cd {shlex.quote(cwd)} && {shlex.join(arguments)}"
 
 
+def sweep_resume_command() -> str | None:
+    """For a job of a multirun started with `train.py --multirun`, the command that resumes the whole sweep: the
+    sweep's own command line in its folder (`hydra.sweep.dir`) with `ckpt_path=last`, which keeps the finished
+    jobs, resumes the stopped one and starts those not started. None for a single run, or a job run by a launcher
+    in another process (its command line is not the sweep's)."""
+    if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
+        return None
+    if Path(sys.argv[0]).resolve() != (PROJECT_ROOT / "train.py").resolve():
+        return None
+    hydra_cfg = HydraConfig.get()
+    kept = [
+        argument
+        for argument in sys.argv[1:]
+        if argument.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "hydra.sweep.dir")
+    ]
+    arguments = [
+        sys.executable,
+        str(PROJECT_ROOT / "train.py"),
+        *kept,
+        f"hydra.sweep.dir={hydra_value(str(Path(hydra_cfg.sweep.dir).resolve()))}",
+        "ckpt_path=last",
+    ]
+    return f"cd {shlex.quote(hydra_cfg.runtime.cwd)} && {shlex.join(arguments)}"
+
+
+def hydra_value(text: str) -> str:
+    """`text` as a value of Hydra's override grammar: as it is when it holds only characters that need no quoting
+    (ASCII letters, digits and `/._-@+`), else single-quoted with its quotes escaped."""
+    if re.fullmatch(r"[A-Za-z0-9_/.@+-]+", text):
+        return text
+    return "'" + text.replace("'", "\\'") + "'"
+
+
+def task_overrides() -> list[str]:
+    """The run's command-line overrides as typed (`seed=${x}` stays as it is: never resolved here); [] outside
+    Hydra."""
+    if not HydraConfig.initialized():
+        return []
+    return list(OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False))
+
+
 def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
     """Refuse, before anything is loaded, what cannot be done as asked: a resume of another run's config, a new
-    run over a finished one, an unknown evaluation split, `eval_size` <= 0, a GPU trainer without a GPU. A SLURM
-    job that was requeued (`SLURM_RESTART_COUNT` > 0) and finds its run in its folder resumes it
-    (`ckpt_path=last`)."""
+    run over a finished one, a data file the run would not read (`dataset.files.*` on the samples), an unknown
+    evaluation split, `eval_size` <= 0, a GPU trainer without a GPU. A SLURM job that was requeued
+    (`SLURM_RESTART_COUNT` > 0) and finds its run in its folder resumes it (`ckpt_path=last`); a multirun job
+    resumed with `ckpt_path=last` whose folder holds no run yet (the sweep stopped before it) starts it."""
     saved = output_dir / CONFIG_FILE
     restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-    if cfg.get("ckpt_path") is None and saved.exists() and restarts > 0:
-        log.info(
-            "SLURM job %s restarted (%d): resuming the run in %s", os.environ.get("SLURM_JOB_ID"), restarts, output_dir
-        )
-        cfg.ckpt_path = "last"
+    if cfg.get("ckpt_path") is None and restarts > 0:
+        job = os.environ.get("SLURM_JOB_ID")
+        if saved.exists():
+            log.info("SLURM job %s restarted (%d): resuming the run in %s", job, restarts, output_dir)
+            cfg.ckpt_path = "last"
+        else:
+            log.warning(
+                "SLURM job %s restarted (%d), but %s holds no run: starting afresh (give the run a folder that "
+                "survives a requeue: hydra.run.dir=logs/train/runs/slurm-$SLURM_JOB_ID)",
+                job,
+                restarts,
+                output_dir,
+            )
     if cfg.get("ckpt_path") not in (None, "last"):
         raise RunConfigError(
             f"ckpt_path={cfg.ckpt_path}: ckpt_path takes `last` (resume the run in hydra.run.dir); "
             "to reuse a trained selector pass model.selector_checkpoint=PATH"
         )
+    check_data_overrides(cfg)
+    in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if cfg.get("ckpt_path") == "last" and not saved.exists() and in_sweep:
+        log.info("%s holds no run yet (the sweep stopped before this job): starting it", output_dir)
+        cfg.ckpt_path = None
     if cfg.get("ckpt_path") == "last":
         if not saved.exists():
             raise RunConfigError(
@@ -236,6 +332,25 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
         raise RunConfigError(
             f"trainer accelerator={accelerator}, but this machine has no usable GPU "
             "(use trainer=cpu, or trainer=default to pick the device automatically)"
+        )
+
+
+def check_data_overrides(cfg: DictConfig) -> None:
+    """Refuse a data file or folder given on the command line that the run would not read: the official files'
+    (`dataset.files.*`, `dataset.data_dir`, ...) with `dataset.sample=true`, the samples' with `false`."""
+    if not HydraConfig.initialized():
+        return
+    sample = bool(cfg.dataset.get("sample"))
+    unread = OFFICIAL_FILE_KEYS if sample else SAMPLE_FILE_KEYS
+    ignored = [key for key in override_keys(task_overrides()) if is_under(key, unread)]
+    if ignored:
+        reads = (
+            "the shipped sample (add dataset.sample=false to read"
+            if sample
+            else "the official files (add dataset.sample=true to read"
+        )
+        raise RunConfigError(
+            f"{', '.join(ignored)} would not be read: dataset.sample={str(sample).lower()} reads {reads} it)"
         )
 
 
@@ -309,7 +424,7 @@ def _run_recipe(
     metrics.update(predictor.extra_metrics)
     if predictions is not None:
         write_predictions(output_dir / "predictions.jsonl", predictions)
-    write_json(output_dir / "metrics.json", metrics)
+    write_json(output_dir / METRICS_FILE, metrics)
     for logger in loggers:
         logger.log_metrics({f"test/{key}": value for key, value in metrics.items()})
     log_run_results(loggers, metrics, [output_dir / "predictions.jsonl", output_dir / "metrics.json"])
@@ -328,7 +443,7 @@ def record_provenance(output_dir: Path, source: DatasetSource) -> dict[str, Any]
     when the run starts; a resumed run keeps it and appends the resuming attempt's code, versions and machine to
     its `resumptions`, and is refused (`RunConfigError`) when a data file's content changed since the run started.
     Returns the run's provenance."""
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    overrides = task_overrides()
     current = run_provenance(source.read_files, source.sample, overrides)
     path = output_dir / PROVENANCE_FILE
     if path.exists():
@@ -446,6 +561,7 @@ QUIET_WARNINGS = (
     "You are using a custom batch sampler",
     "The '",  # "The 'train_dataloader' does not have many workers"
     "Total length of `list` across ranks is zero",  # a stage that does not validate has no validation loader
+    "Checkpoint directory",  # "... exists and is not empty": a resumed stage's folder holds its resume point
 )
 
 

@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
         out_dir = write_report(runs, args.out or default_out_dir())
-    print(f"report of {len(runs)} runs: {out_dir}")
+    print(f"report of {len(runs)} run{'' if len(runs) == 1 else 's'}: {out_dir}")
     return 0
 
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from musique_models.report.runs import SYSTEM_ORDER, RunRecord
-from musique_models.training.provenance import SEED_KEYS, flatten_config, is_result_neutral
+from musique_models.training.provenance import SEED_KEYS, flatten_config, is_result_neutral, is_under
 
 PAPER_TRAIN_SIZE = 20_000
 # Provenance fields compared between the runs of a group (and the attempts of a resumed run).
 PROVENANCE_FIELDS = ("code.source_sha", "code.commit", "code.dirty", "versions", "devices.gpus", "devices.platform")
-LABEL_SETTINGS = 3
+LABEL_SETTINGS = 2
 
 
 # Where a dataset's files are: their content's sha256 (`data_fingerprints`) stands for them in a group's key.
@@ -42,7 +42,7 @@ def result_settings(config: dict[str, Any]) -> dict[str, Any]:
         for key, value in flat.items()
         if key not in SEED_KEYS
         and not is_result_neutral(key)
-        and not any(key == prefix or key.startswith(prefix + ".") for prefix in DATA_LOCATION_KEYS)
+        and not is_under(key, DATA_LOCATION_KEYS)
         and not (cache_dir and isinstance(value, str) and value.startswith(str(cache_dir)))
     }
 
@@ -152,7 +152,8 @@ class RunGroup:
 
 
 def group_runs(runs: Sequence[RunRecord]) -> list[RunGroup]:
-    """Runs grouped as the module docstring says, in the paper's system order; each group's label set."""
+    """Runs grouped as the module docstring says, each group's label set, in the order of the report's table rows
+    (the paper's system order, the groups comparable with the paper first, then by label and dataset)."""
     groups: dict[str, RunGroup] = {}
     for run in runs:
         settings = result_settings(run.config)
@@ -173,23 +174,27 @@ def group_runs(runs: Sequence[RunRecord]) -> list[RunGroup]:
         groups.values(), key=lambda g: (SYSTEM_ORDER.index(g.system), not g.comparable, g.origin, g.dataset)
     )
     _label(ordered)
-    return ordered
+    return sorted(ordered, key=lambda g: (SYSTEM_ORDER.index(g.system), not g.comparable, g.row_label, g.dataset))
 
 
 def _label(groups: list[RunGroup]) -> None:
     """Set each group's `label` to the settings that set it apart from the other groups of its system and dataset
-    (with the same marker): shortest first, a backbone by its name (what its name implies, such as its size, rate
-    and path, is not counted), one of several settings that vary together across the groups (a component's
-    backbone that follows `backbone=`), and as many as make every label of the set unique (at least
-    `LABEL_SETTINGS` when there are that many); every other differing setting is counted in `+N more`."""
+    (with the same marker): the fewest that tell every group apart, picked one at a time, the one that separates
+    the most groups first (ties: a backbone's name, then the shorter key), filled up to `LABEL_SETTINGS`. A backbone
+    shows by its name (what its name implies, such as its size, rate and path, is not counted), and of several
+    settings that vary together across the groups only the first counts; every other differing setting is counted
+    in `+N more`."""
     peers: dict[tuple[str, str, str], list[RunGroup]] = {}
     for group in groups:
         peers.setdefault((group.system, group.dataset, group.marker), []).append(group)
     for members in peers.values():
         if len(members) < 2:
             continue
-        keys = sorted({key for group in members for key in group.settings}, key=lambda k: (k.count("."), k))
-        differing = [k for k in keys if len({json.dumps(g.settings.get(k), default=str) for g in members}) > 1]
+        keys = {key for group in members for key in group.settings}
+        differing = sorted(
+            (k for k in keys if len({json.dumps(g.settings.get(k), default=str) for g in members}) > 1),
+            key=lambda k: (not _is_backbone_name(k), k.count("."), k),
+        )
         named = {key.removesuffix(".name") for key in differing if key.endswith(".name")}
         shown: list[tuple[str, list[str]]] = []
         shown_columns: set[tuple[str, ...]] = set()
@@ -208,14 +213,10 @@ def _label(groups: list[RunGroup]) -> None:
                 shown.append((key.removesuffix(".name"), [_short(g.settings.get(key)) for g in members]))
         if len({json.dumps(g.fingerprints) for g in members}) > 1:
             shown.append(("data", [_data_label(g.fingerprints) for g in members]))
-        count = min(LABEL_SETTINGS, len(shown))
-        while count < len(shown) and len(
-            {tuple(values[i] for _, values in shown[:count]) for i in range(len(members))}
-        ) < len(members):
-            count += 1
-        more = len(shown) - count + hidden
+        chosen = _separating_settings([values for _, values in shown], len(members))
+        more = len(shown) - len(chosen) + hidden
         for index, group in enumerate(members):
-            parts = [f"{key}={values[index]}" for key, values in shown[:count]]
+            parts = [f"{shown[i][0]}={shown[i][1][index]}" for i in chosen]
             if more:
                 parts.append(f"+{more} more")
             group.label = ", ".join(parts)
@@ -223,6 +224,32 @@ def _label(groups: list[RunGroup]) -> None:
         for index, group in enumerate(members):
             if labels.count(group.label) > 1:  # nothing shown tells them apart (values cut short): number them
                 group.label = f"{group.label}, config {index + 1}".lstrip(", ")
+
+
+def _separating_settings(columns: list[list[str]], groups: int) -> list[int]:
+    """Indices of `columns` (each: one value per group, in order of preference) that tell the `groups` apart:
+    greedily, the column that separates the most groups next (ties: the earlier), until every group is apart or no
+    column separates more; then the earliest others up to `LABEL_SETTINGS`. In column order."""
+
+    def distinct(indices: list[int]) -> int:
+        return len({tuple(columns[i][row] for i in indices) for row in range(groups)})
+
+    chosen: list[int] = []
+    while distinct(chosen) < groups:
+        candidates = [i for i in range(len(columns)) if i not in chosen]
+        if not candidates:
+            break
+        best = max(candidates, key=lambda i: (distinct([*chosen, i]), -i))
+        if distinct([*chosen, best]) == distinct(chosen):
+            break
+        chosen.append(best)
+    chosen += [i for i in range(len(columns)) if i not in chosen][: max(0, LABEL_SETTINGS - len(chosen))]
+    return sorted(chosen)
+
+
+def _is_backbone_name(key: str) -> bool:
+    stem = key.removesuffix(".name")
+    return key.endswith(".name") and (stem == "backbone" or stem.endswith(".backbone"))
 
 
 def _short(value: Any, width: int = 24) -> str:

@@ -5,6 +5,7 @@ beside the groups comparable with the paper."""
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ BAR_WIDTH = 0.38
 # A zero score still shows: a sliver of this height (F1 x 100) with a dark edge, labelled 0.0 (so is any score
 # below it, with its own label).
 ZERO_BAR = 0.6
+# Characters of tick label that fit across the figure's width at the ticks' font size: a group's label wraps
+# at its share of them.
+TICK_CHARACTERS = 180
 
 
 def plot_report(groups: Sequence[RunGroup], paper: Paper, path: str | Path) -> None:
@@ -48,7 +52,8 @@ def draw_report(axes: Any, groups: Sequence[RunGroup], paper: Paper) -> None:
     labels = []
     drew_paper = False
     for position, group in enumerate(groups):
-        labels.append(f"{group.row_label}\n{DATASET_LABELS.get(group.dataset, group.dataset)}")
+        label = f"{group.row_label}, {DATASET_LABELS.get(group.dataset, group.dataset)}"
+        labels.append(textwrap.fill(label, width=max(12, TICK_CHARACTERS // max(1, len(groups)))))
         for offset, metric in enumerate(PLOTTED_METRICS):
             x = position + (offset - 0.5) * BAR_WIDTH
             values = group.values(METRIC_KEYS[metric])

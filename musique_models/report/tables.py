@@ -139,7 +139,9 @@ def markdown_table(groups: Sequence[RunGroup], paper: Paper) -> str:
     lines += [
         "",
         "Each cell: ours (the paper's figure, ours minus the paper). "
-        f"{MISSING}: no run, or no figure found (musique_models/report/paper_results.yaml says where each comes from).",
+        f"{MISSING}: no run, or no figure found (musique_models/report/paper_results.yaml says where each comes from). "
+        f"A row named by the system alone with cells `{MISSING} (figure)` holds the paper's figures for a system that "
+        "has no run here comparable with the paper.",
         "",
         *legend(groups),
         "",

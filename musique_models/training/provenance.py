@@ -40,8 +40,10 @@ RESULT_NEUTRAL_KEYS = (
 RESULT_DECIDING_KEYS = ("callbacks.model_checkpoint", "callbacks.early_stopping")
 # The run's seed, and the settings that take their value from it.
 SEED_KEYS = ("seed", "dataset.seed")
-# Dataset settings that, when given on the command line, make a run read files other than the official ones.
-DATA_OVERRIDES = ("dataset.files", "dataset.data_dir", "dataset.urls", "dataset.hub_path", "dataset.sample_files")
+# Dataset settings that, given on the command line, make a run read other files: with `dataset.sample=false` (the
+# official files' place) and with `dataset.sample=true` (the shipped samples' place).
+OFFICIAL_FILE_KEYS = ("dataset.files", "dataset.data_dir", "dataset.urls", "dataset.hub_path")
+SAMPLE_FILE_KEYS = ("dataset.sample_files",)
 
 
 def code_state(root: Path = PROJECT_ROOT) -> dict[str, Any]:
@@ -97,13 +99,18 @@ def devices() -> dict[str, Any]:
 
 
 def data_origin(sample: bool, overrides: list[str]) -> str:
-    """`other files` (a dataset file or folder given on the command line, samples included), `sample` (the shipped
+    """`other files` (a file or folder of the kind the run reads given on the command line), `sample` (the shipped
     samples) or `official` (the files the dataset config names, under its data folder wherever `paths.data_dir`
     puts it: the content is not checked here, the recorded sha256s let a reader check it)."""
-    given = {override.lstrip("+~").split("=", 1)[0] for override in overrides}
-    if any(_under(key, DATA_OVERRIDES) for key in given):
+    read = SAMPLE_FILE_KEYS if sample else OFFICIAL_FILE_KEYS  # the other kind is not read (train.py refuses it)
+    if any(is_under(key, read) for key in override_keys(overrides)):
         return "other files"
     return "sample" if sample else "official"
+
+
+def override_keys(overrides: list[str]) -> list[str]:
+    """The keys that command-line overrides set (`+`, `++` and `~` removed)."""
+    return [override.lstrip("+~").split("=", 1)[0] for override in overrides]
 
 
 def run_provenance(data_files: dict[str, dict[str, Any]], sample: bool, overrides: list[str]) -> dict[str, Any]:
@@ -128,10 +135,11 @@ def flatten_config(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
-def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+def is_under(key: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether a flattened key is one of `prefixes` or lies under one (`dataset.files.dev` under `dataset.files`)."""
     return any(key == prefix or key.startswith(f"{prefix}.") for prefix in prefixes)
 
 
 def is_result_neutral(key: str) -> bool:
     """Whether a (flattened) setting never changes what a run computes (`RESULT_NEUTRAL_KEYS`)."""
-    return _under(key, RESULT_NEUTRAL_KEYS) and not _under(key, RESULT_DECIDING_KEYS)
+    return is_under(key, RESULT_NEUTRAL_KEYS) and not is_under(key, RESULT_DECIDING_KEYS)

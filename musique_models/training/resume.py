@@ -261,6 +261,8 @@ class ResumePoints(Checkpoint):
             self._point = None
         if trainer.is_global_zero:
             os.replace(partial, self.path)
+        for logger in trainer.loggers:  # the curves up to the point reach the disk with it (CSV rows are buffered)
+            logger.save()
         self._last_saved = time.monotonic()
         log.debug(
             "resume point %s written %s (epoch %d, step %d)",

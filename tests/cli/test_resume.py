@@ -4,6 +4,7 @@ predictions and metrics of an uninterrupted run."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shlex
@@ -61,6 +62,11 @@ def _batches_per_epoch(uninterrupted: Path, stage: str, epochs: int) -> int:
     return json.loads((uninterrupted / stage / "stage.json").read_text())["global_step"] // epochs
 
 
+def _logged_steps(csv_folder: Path) -> list[int]:
+    with (csv_folder / "metrics.csv").open() as handle:
+        return sorted({int(row["step"]) for row in csv.DictReader(handle)})
+
+
 def _assert_same_outputs(run_dir: Path, uninterrupted: Path) -> None:
     for name in OUTPUTS:
         assert (run_dir / name).read_bytes() == (uninterrupted / name).read_bytes(), name
@@ -81,8 +87,14 @@ def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_resume_point(
     assert last["QADataModule"]["train_position"] == {"epoch": 0, "batches_done": per_epoch}
     assert sorted(p.name for p in (killed_dir / "selector/checkpoints").iterdir()) == ["last.ckpt"]
 
+    # the curves up to the resume point reached the disk with it (the CSV logger buffers its rows)
+    full_curve = _logged_steps(uninterrupted / "selector/csv/version_0")
+    assert _logged_steps(killed_dir / "selector/csv/version_0") == [step for step in full_curve if step < per_epoch]
+
     resumed = _train(uninterrupted, killed_dir, "ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # the resumed attempt's curves go on, numbered from the resume point, in the stage's next CSV version
+    assert _logged_steps(killed_dir / "selector/csv/version_1") == [step for step in full_curve if step >= per_epoch]
     log = resumed.stderr + resumed.stdout
     assert (
         f"stage selector resumes from {killed_dir / 'selector/checkpoints/last.ckpt'}, written at the end of epoch 0 "
@@ -115,6 +127,10 @@ def test_sigint_then_sigterm_mid_epoch_leave_interrupted_runs_that_their_printed
         point = torch.load(run_dir / status["resume_point"], map_location="cpu", weights_only=False)
         assert point["global_step"] == step + 1 and not point["resume_point"]["end_of_epoch"]  # at the next step
         command = status["resume_command"]
+        assert (
+            f"run interrupted ({signal_name}: the stage wrote its resume point and stopped). Resume point: {run_dir / status['resume_point']}"
+            in (stopped.stderr + stopped.stdout)
+        )
         assert f"resume it with:\n  {command}\n" in stopped.stderr
         arguments = shlex.split(command.split(" && ", 1)[1])
         assert arguments[-2:] == [f"hydra.run.dir='{run_dir}'", "ckpt_path=last"] and "logger=wandb" in arguments
@@ -155,3 +171,47 @@ def test_slurm_requeue_signal_requeues_the_job_and_the_restarted_job_resumes(
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "SLURM job 4242 restarted (1): resuming the run in" in restarted.stderr + restarted.stdout
     _assert_same_outputs(run_dir, uninterrupted)
+
+
+def test_a_sweep_stopped_in_its_second_job_resumes_with_its_printed_sweep_command(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    sweep_dir = tmp_path / "sweep"
+    smaller = ["dataset.train_size=12", "eval_size=4", "model.selector.max_epochs=2", "model.answerer.max_epochs=1"]
+    # three jobs that differ only in when a SIGINT would come: never, in job 1's second selector epoch, never
+    stopped = run_python(
+        [
+            RUN[0],
+            "--multirun",
+            *RUN[1:],
+            *smaller,
+            f"paths.cache_dir={uninterrupted.parent / 'cache'}",
+            f"hydra.sweep.dir={sweep_dir}",
+            "+callbacks.ctrl_c._target_=tests.cli.killer.SignalAtStep",
+            "+callbacks.ctrl_c.step=100000,7,100001",
+            "+callbacks.ctrl_c.stage=selector",
+            "+callbacks.ctrl_c.signal=SIGINT",
+        ]
+    )
+    assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr[-3000:]
+    assert json.loads((sweep_dir / "0/selector/stage.json").read_text())["global_step"] == 12  # 6 per epoch
+    assert json.loads((sweep_dir / "0/status.json").read_text())["status"] == "finished"
+    status = json.loads((sweep_dir / "1/status.json").read_text())
+    assert status["status"] == "interrupted"
+    assert not (sweep_dir / "2").exists()  # the sweep stopped with the job that was stopped
+    command = status["sweep_resume_command"]
+    assert f"or resume the whole sweep (finished jobs are kept) with:\n  {command}\n" in stopped.stderr
+    arguments = shlex.split(command.split(" && ", 1)[1])
+    assert "--multirun" in arguments and arguments[-2:] == [f"hydra.sweep.dir={sweep_dir}", "ckpt_path=last"]
+    finished_at = (sweep_dir / "0/metrics.json").stat().st_mtime_ns
+
+    resumed = subprocess.run(command, shell=True, capture_output=True, text=True, check=False, env=os.environ)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = resumed.stderr + resumed.stdout
+    assert f"the run in {sweep_dir / '0'} already finished: nothing to resume" in log
+    assert f"stage selector resumes from {sweep_dir / '1/selector/checkpoints/last.ckpt'}" in log
+    assert f"{sweep_dir / '2'} holds no run yet (the sweep stopped before this job): starting it" in log
+    assert (sweep_dir / "0/metrics.json").stat().st_mtime_ns == finished_at  # the finished job was not redone
+    for job in ("1", "2"):  # the same run as job 0, which nothing stopped
+        assert json.loads((sweep_dir / job / "status.json").read_text())["status"] == "finished"
+        _assert_same_outputs(sweep_dir / job, sweep_dir / "0")

@@ -16,6 +16,7 @@ import torch
 
 from musique_models.cli.train import RunConfigError, cores_left_free, cpu_busy_and_total, free_cores, train
 from musique_models.errors import MusiqueModelsError
+from musique_models.io import write_json
 from musique_models.models.selector import load_selector
 from tests.conftest import SAMPLES, TINY_SELECT_ANSWER, run_python
 
@@ -52,6 +53,15 @@ def test_resume_refuses_another_config_and_resumes_the_same_one_even_after_a_mov
         train(compose_train_cfg([*TINY, f"paths.output_dir={tmp_path / 'empty'}", "ckpt_path=last"]))
     assert (first / "predictions.jsonl").read_text() == predictions  # nothing of the finished run was touched
 
+    # a finished run is left as it is by a resume
+    metrics_written = (first / "metrics.json").stat().st_mtime_ns
+    train(compose_train_cfg([*TINY, f"paths.output_dir={first}", "ckpt_path=last"]))
+    assert (first / "metrics.json").stat().st_mtime_ns == metrics_written
+
+    # a run stopped after its stages finished, then moved, resumes from the stages' best weights in the new folder
+    (first / "predictions.jsonl").unlink()
+    (first / "metrics.json").unlink()
+    write_json(first / "status.json", {"status": "interrupted"})
     moved = tmp_path / "moved"
     shutil.move(first, moved)
     train(compose_train_cfg([*TINY, f"paths.output_dir={moved}", "ckpt_path=last", "model.eval_batch_size=8"]))
@@ -104,6 +114,8 @@ def test_a_wrong_stage_checkpoint_is_refused_as_selector(tmp_path: Path) -> None
         (["model.yes_no=both"], "model.yes_no='both': expected one of prefix, head"),
         (["model.answerer.input=long"], "model.answerer.input='long': expected one of auto, single, windows"),
         (["dataset.sample=false", "dataset.data_dir=/nowhere"], "train file not found: /nowhere/musique_ans_v1.0"),
+        (["dataset.files.dev=/x.jsonl"], "dataset.files.dev would not be read: dataset.sample=true reads the shipped"),
+        (["dataset.sample=false", "dataset.sample_files.dev=/x"], "dataset.sample_files.dev would not be read"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expected: str, tmp_path: Path) -> None:

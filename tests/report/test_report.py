@@ -19,7 +19,7 @@ from musique_models.cli.train import train
 from musique_models.io import write_json
 from musique_models.report.__main__ import main
 from musique_models.report.groups import group_runs
-from musique_models.report.plot import ZERO_BAR, draw_report
+from musique_models.report.plot import TICK_CHARACTERS, ZERO_BAR, draw_report
 from musique_models.report.runs import RunRecord, record_from_wandb_run
 from musique_models.report.tables import PAPER_RESULTS, parse_markdown_table, table_rows
 
@@ -232,10 +232,23 @@ def test_every_group_gets_its_own_label_and_row_however_few_settings_set_it_apar
     )
     labels = [group.row_label for group in groups]
     assert len(groups) == 5 and len(set(labels)) == 5, labels
-    # b and c vary as a does: counted, not shown; as many settings as it takes to tell every group apart
-    assert "SA [sample] (model.a=1, model.d=2, model.selector_checkpoint=null, +2 more)" in labels
+    # b and c vary as a does: counted, not shown; the fewest settings that tell every group apart (a is not one)
+    assert "SA [sample] (model.d=2, model.selector_checkpoint=null, +3 more)" in labels
     rows = [row for row in table_rows(groups, {}) if row[0] in labels]
     assert sorted(len(cells[0][0]) for _, _, cells in rows) == [1, 1, 1, 1, 1]  # never two groups in one cell
+    assert [row[0] for row in rows] == labels  # the groups come in the order of the table's rows
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots()
+    draw_report(axes, groups, {})
+    ticks = [tick.get_text() for tick in axes.get_xticklabels()]
+    assert max(len(line) for tick in ticks for line in tick.splitlines()) <= TICK_CHARACTERS // len(groups)
+    assert ["".join(tick.split()) for tick in ticks] == ["".join(f"{label}, MuSiQue-Ans".split()) for label in labels]
+    plt.close(figure)
 
 
 def test_report_png_draws_zeros_missing_scores_values_and_the_papers_diamonds() -> None:
