@@ -16,3 +16,7 @@ from omegaconf import OmegaConf as _OmegaConf  # noqa: E402
 # files: the samples need small batches to get enough optimizer steps, the paper's settings need its batches.
 if not _OmegaConf.has_resolver("on_sample"):
     _OmegaConf.register_new_resolver("on_sample", lambda sample, on_sample, on_full: on_sample if sample else on_full)
+
+from musique_models.settings import register_stage_settings as _register_stage_settings  # noqa: E402
+
+_register_stage_settings()  # before any config composes: the model configs name the stage schemas

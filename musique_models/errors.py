@@ -80,9 +80,32 @@ def user_error_message(error: BaseException) -> str | None:
         if isinstance(error, MusiqueModelsError):
             return str(error)
         if type(error).__module__ in _CONFIG_ERROR_MODULES and type(error).__name__ in _CONFIG_ERRORS:
-            return " ".join(str(error).split("Config search path")[0].split())
+            unknown = _unknown_setting(error.__cause__) or _unknown_setting(error)
+            message = " ".join(str(error).split("Config search path")[0].split())
+            if type(error.__cause__).__name__ == "ValidationError":  # a value of the wrong type: say why
+                message += f": {str(error.__cause__).splitlines()[0]}"
+            return unknown or message
         error = error.__cause__  # instantiate() raises its own error `from` the error of the object it builds
     return None
+
+
+def unknown_setting_message(key: str, schema: type) -> str:
+    """The one line for a setting a typed schema does not have: the key and the schema's settings."""
+    from dataclasses import fields
+
+    names = ", ".join(sorted(item.name for item in fields(schema)))
+    return f"{key}: {schema.__name__} has no such setting (its settings: {names})"
+
+
+def _unknown_setting(error: BaseException | None) -> str | None:
+    """For OmegaConf's error on a key that a typed (dataclass) config node does not have, `unknown_setting_message`."""
+    schema = getattr(error, "object_type", None)
+    key = getattr(error, "full_key", None)
+    if error is None or key is None or schema is None or "__dataclass_fields__" not in vars(schema):
+        return None
+    if type(error).__name__ not in ("ConfigAttributeError", "ConfigKeyError"):
+        return None
+    return unknown_setting_message(key, schema)
 
 
 @contextmanager

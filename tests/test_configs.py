@@ -93,3 +93,29 @@ def test_evaluate_config_composes() -> None:
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = compose("evaluate", overrides=["predictions=p.jsonl", "gold=g.jsonl", "mode=dire"])
     assert cfg.mode == "dire" and cfg.dataset is None and cfg.probe_predictions is None
+
+
+MODEL_CONFIGS = sorted(path.stem for path in (PROJECT_ROOT / "conf" / "model").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("model", MODEL_CONFIGS)
+def test_every_stage_of_every_model_config_is_typed(model: str, compose_train_cfg) -> None:
+    from omegaconf import DictConfig, OmegaConf
+
+    from musique_models.settings import StageSettings, setting_names
+
+    extra = ["backbone=tiny_longformer"] if model in ("end2end", "c_only") else []
+    cfg = compose_train_cfg([f"model={model}", *extra])
+    stages = {
+        key: node
+        for key, node in cfg.model.items_ex(resolve=False)
+        if isinstance(node, DictConfig) and key != "system"  # the registry entry (musique_models/report/systems.py)
+    }
+    assert stages
+    for key, node in stages.items():
+        schema = OmegaConf.get_type(node)
+        assert issubclass(schema, StageSettings), f"model.{key} of model={model} has no stage schema"
+        assert sorted(node.keys()) == setting_names(schema)
+        # what the recipe reads resolves with the schema's types (an interpolation of the dataset's facts included)
+        typed = OmegaConf.to_object(node)
+        assert isinstance(typed, schema) and isinstance(typed.max_epochs, int) and isinstance(typed.validate, bool)

@@ -1,7 +1,8 @@
 """The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- report <- cli (entry points).
 
-A module may import its own layer and the layers below it, never a layer above. `errors`, `io` and the package's
-`__init__` are the foundation every layer may use. Imports inside functions count too.
+A module may import its own layer and the layers below it, never a layer above. `errors`, `io`, `run_files` (the
+run folder's file names), `settings` (the stages' typed settings) and the package's `__init__` are the foundation
+every layer may use. Imports inside functions count too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ import pytest
 from musique_models import PROJECT_ROOT
 
 LAYERS = ["data", "evaluation", "features", "models", "training", "recipes", "report", "cli"]
-FOUNDATION = {"musique_models", "musique_models.errors", "musique_models.io"}
+FOUNDATION = {
+    "musique_models",
+    "musique_models.errors",
+    "musique_models.io",
+    "musique_models.run_files",
+    "musique_models.settings",
+}
 PACKAGE = PROJECT_ROOT / "musique_models"
 
 

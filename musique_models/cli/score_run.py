@@ -26,8 +26,6 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from musique_models.cli.train import (
-    CONFIG_FILE,
-    STATUS_FILE,
     first_questions,
     instantiate_recipe,
     quiet_libraries,
@@ -48,10 +46,9 @@ from musique_models.evaluation.evaluator import (
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import Prediction, ProbePrediction, read_predictions, write_predictions
 from musique_models.recipes.base import Predictor
+from musique_models.run_files import CONFIG_FILE, EVALUATIONS_FOLDER, METRICS_FILE, PREDICTIONS_FILE, STATUS_FILE
 
 log = logging.getLogger(__name__)
-
-EVALUATIONS_FOLDER = "evaluations"
 
 
 class RunScoringError(MusiqueModelsError):
@@ -133,7 +130,7 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
 
     predictions = run.predictor.predict(table, output_dir)
     extra_metrics = dict(run.predictor.extra_metrics)  # before the probes are predicted (Step Execution's counts)
-    predictions_path = output_dir / "predictions.jsonl"
+    predictions_path = output_dir / PREDICTIONS_FILE
     if predictions is not None:
         write_predictions(predictions_path, predictions)
     if not labelled:
@@ -141,7 +138,7 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
             print(f"{source.name} {split} is unlabelled: NOT scored; decompositions in {output_dir}")
             return {}
         check_prediction_ids(predictions_path, table)
-        (output_dir / "metrics.json").unlink(missing_ok=True)  # nothing is scored: no figures, never stale ones
+        (output_dir / METRICS_FILE).unlink(missing_ok=True)  # nothing is scored: no figures, never stale ones
         print(
             f"{source.name} {split} is unlabelled: NOT scored. The official prediction file ({len(table)} rows, "
             f"in the test file's order, ids checked) is {predictions_path}"
@@ -155,9 +152,9 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     else:
         report = evaluate_predictions(golds, predictions)
     report.metrics.update(extra_metrics)
-    per_question = write_report(report, output_dir / "metrics.json")
+    per_question = write_report(report, output_dir / METRICS_FILE)
     Console().print(metrics_table(report.metrics, title=f"{run.cfg.model_name} on {source.name} {split}"))
-    print(f"metrics: {output_dir / 'metrics.json'}\nper-question scores: {per_question}")
+    print(f"metrics: {output_dir / METRICS_FILE}\nper-question scores: {per_question}")
     return report.metrics
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import logging
@@ -20,24 +21,35 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.console import Console
 
 from musique_models import PROJECT_ROOT
 from musique_models.data.schema import Example
 from musique_models.data.source import DatasetSource
 from musique_models.data.summary import print_summary
-from musique_models.errors import MusiqueModelsError, user_error_message
+from musique_models.errors import MusiqueModelsError, unknown_setting_message, user_error_message
 from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import atomic_open, write_json
 from musique_models.recipes.base import Recipe, RunContext
+from musique_models.run_files import (
+    CHECKPOINTS_FOLDER,
+    CONFIG_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    PREDICTIONS_FILE,
+    PROVENANCE_FILE,
+    RESUME_FILE,
+    STAGE_FILE,
+    STATUS_FILE,
+)
+from musique_models.settings import unknown_settings
 from musique_models.training.loggers import close_run_loggers, log_run_results, run_loggers
 from musique_models.training.malloc import keep_freed_memory
 from musique_models.training.provenance import (
     OFFICIAL_FILE_KEYS,
-    PROVENANCE_FILE,
     SAMPLE_FILE_KEYS,
     flatten_config,
     is_result_neutral,
@@ -46,19 +58,13 @@ from musique_models.training.provenance import (
     run_provenance,
 )
 from musique_models.training.resume import (
-    RESUME_FILE,
     STOP,
     RunInterrupted,
     describe_resume_point,
     requeue_slurm_job,
 )
-from musique_models.training.stage import STAGE_FILE
 
 log = logging.getLogger(__name__)
-
-STATUS_FILE = "status.json"
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.json"
 
 
 class RunConfigError(MusiqueModelsError):
@@ -119,7 +125,7 @@ def train(cfg: DictConfig) -> float | None:
 
 
 # What Hydra writes into a run's folder before the run starts: its config copies and the log file.
-HYDRA_FILES = {".hydra", "train.log"}
+HYDRA_FILES = {".hydra", LOG_FILE}
 
 
 def is_made_for_this_run(output_dir: Path) -> bool:
@@ -139,7 +145,7 @@ def is_finished(output_dir: Path) -> bool:
 
 def has_trained(output_dir: Path) -> bool:
     """Whether any stage of the run in `output_dir` started training (it has checkpoints or a stage record)."""
-    return any(output_dir.glob("*/checkpoints")) or any(output_dir.glob(f"*/{STAGE_FILE}"))
+    return any(output_dir.glob(f"*/{CHECKPOINTS_FOLDER}")) or any(output_dir.glob(f"*/{STAGE_FILE}"))
 
 
 def is_interruption(error: BaseException) -> bool:
@@ -177,7 +183,7 @@ def interrupted(output_dir: Path, reason: str) -> SystemExit:
     sweep_command = sweep_resume_command()
     if sweep_command is not None:
         record["sweep_resume_command"] = sweep_command
-    points = sorted(output_dir.glob(f"*/checkpoints/{RESUME_FILE}"), key=lambda path: path.stat().st_mtime_ns)
+    points = sorted(output_dir.glob(f"*/{CHECKPOINTS_FOLDER}/{RESUME_FILE}"), key=lambda path: path.stat().st_mtime_ns)
     if points:
         record["resume_point"] = str(points[-1].relative_to(output_dir))
     if STOP.requeue:
@@ -266,7 +272,8 @@ def task_overrides() -> list[str]:
 
 def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
     """Refuse, before anything is loaded, what cannot be done as asked: a resume of another run's config, a new
-    run over a finished one, a data file the run would not read (`dataset.files.*` on the samples), an unknown
+    run over a finished one, a setting a stage does not have (`+model.answerer.lrr=...`: Hydra accepts an added key
+    on a typed node), a data file the run would not read (`dataset.files.*` on the samples), an unknown
     evaluation split, `eval_size` <= 0, a GPU trainer without a GPU. A SLURM job that was requeued
     (`SLURM_RESTART_COUNT` > 0) and finds its run in its folder resumes it (`ckpt_path=last`); a multirun job
     resumed with `ckpt_path=last` whose folder holds no run yet (the sweep stopped before it) starts it."""
@@ -291,6 +298,9 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
             "to reuse a trained selector pass model.selector_checkpoint=PATH"
         )
     check_data_overrides(cfg)
+    unknown = unknown_settings(cfg.get("model"), "model")
+    if unknown:
+        raise RunConfigError("; ".join(unknown_setting_message(key, schema) for key, schema in unknown))
     in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     if cfg.get("ckpt_path") == "last" and not saved.exists() and in_sweep:
         log.info("%s holds no run yet (the sweep stopped before this job): starting it", output_dir)
@@ -358,7 +368,8 @@ def config_differences(saved: DictConfig, current: DictConfig) -> list[str]:
     """Keys whose resolved values differ between a saved run config and `current`, leaving out the settings that
     never change what a run computes (`is_result_neutral`: a resume may change them). `current` is resolved with
     the saved run's `paths`, so a moved run folder (or repository) still resumes while a changed data file
-    (`dataset.files.train=...`) is caught."""
+    (`dataset.files.train=...`) is caught. A setting absent on one side counts as null (the code reads every
+    setting's absence as null: a run saved before a setting existed still resumes)."""
     saved_values = flatten_config(OmegaConf.to_container(saved, resolve=False))
     probe = OmegaConf.to_container(current, resolve=False)
     probe["paths"] = OmegaConf.to_container(saved, resolve=False).get("paths", probe.get("paths"))
@@ -366,7 +377,7 @@ def config_differences(saved: DictConfig, current: DictConfig) -> list[str]:
     return [
         key
         for key in sorted(set(current_values) | set(saved_values))
-        if not is_result_neutral(key) and current_values.get(key, "<absent>") != saved_values.get(key, "<absent>")
+        if not is_result_neutral(key) and current_values.get(key) != saved_values.get(key)
     ]
 
 
@@ -423,17 +434,17 @@ def _run_recipe(
     metrics = evaluate_predictions(context.eval_golds, predictions).metrics if predictions is not None else {}
     metrics.update(predictor.extra_metrics)
     if predictions is not None:
-        write_predictions(output_dir / "predictions.jsonl", predictions)
+        write_predictions(output_dir / PREDICTIONS_FILE, predictions)
     write_json(output_dir / METRICS_FILE, metrics)
     for logger in loggers:
         logger.log_metrics({f"test/{key}": value for key, value in metrics.items()})
-    log_run_results(loggers, metrics, [output_dir / "predictions.jsonl", output_dir / "metrics.json"])
+    log_run_results(loggers, metrics, [output_dir / PREDICTIONS_FILE, output_dir / METRICS_FILE])
     close_run_loggers(loggers, "success")
     title = f"{cfg.model_name} on {source.name} {cfg.eval_split}"
     show(console, lambda target: target.print(metrics_table(metrics, title=title)))
-    log.info("metrics: %s", output_dir / "metrics.json")
+    log.info("metrics: %s", output_dir / METRICS_FILE)
     if predictions is not None:
-        log.info("predictions: %s", output_dir / "predictions.jsonl")
+        log.info("predictions: %s", output_dir / PREDICTIONS_FILE)
     log.info("disk used by the run folder: %.1f MB", folder_megabytes(output_dir))
     return metrics.get(cfg.optimized_metric)
 
@@ -463,8 +474,12 @@ def record_provenance(output_dir: Path, source: DatasetSource) -> dict[str, Any]
 
 
 def instantiate_recipe(cfg: DictConfig) -> Recipe:
-    """The recipe `cfg.model` configures (`model=<name>`)."""
-    recipe = instantiate(cfg.model, _recursive_=False)
+    """The recipe `cfg.model` configures (`model=<name>`); its `system` entry is the registry's
+    (`musique_models.report.systems`), not the recipe's."""
+    model = copy.copy(cfg.model)  # a shallow copy keeps the root: interpolations still resolve
+    with open_dict(model):
+        model.pop("system", None)
+    recipe = instantiate(model, _recursive_=False)
     if not isinstance(recipe, Recipe):
         raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name, fit and load)")
     return recipe

@@ -20,6 +20,7 @@ from musique_models.data.schema import Example
 from musique_models.data.subsample import subsample_indices
 from musique_models.errors import DatasetNotFoundError, MusiqueModelsError
 from musique_models.io import code_fingerprint, file_sha256, write_json
+from musique_models.run_files import subsample_ids_file
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ class DatasetSource:
             table = table.select(subsample_indices(table["id"], self.train_size, self.seed))
             if run_dir is not None:
                 write_json(
-                    Path(run_dir) / f"subsample_{split}_ids.json",
+                    Path(run_dir) / subsample_ids_file(split),
                     {
                         "dataset": self.name,
                         "seed": self.seed,

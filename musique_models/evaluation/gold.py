@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,18 @@ class GoldInstance:
     answerable: bool
     num_hops: int
     step_support_idxs: tuple[int | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class ValidationGold:
+    """What a module scores its validation predictions against, given to its constructor: the evaluation split's
+    gold instances (instance i is the split's row i, the features' `example_row`), whether its unanswerable
+    questions come in twins (MuSiQue-Full's paired metrics; single-hop questions do not), and, for span readers,
+    each row's context (`context_of(row)`: the text the reader read, to decode spans from)."""
+
+    golds: Sequence[GoldInstance]
+    paired: bool = True
+    context_of: Callable[[int], str] | None = None
 
 
 def _compact_idxs(idxs: Sequence[int]) -> range | frozenset[int]:

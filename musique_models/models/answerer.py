@@ -26,11 +26,11 @@ from torch import nn
 from torchmetrics import Metric
 
 from musique_models.evaluation.evaluator import evaluate_predictions
-from musique_models.evaluation.gold import GoldInstance
+from musique_models.evaluation.gold import GoldInstance, ValidationGold
 from musique_models.evaluation.predictions import Prediction
 from musique_models.evaluation.torchmetric import state_table
 from musique_models.models.backbone import BackboneSpec, load_encoder
-from musique_models.models.base import QAModule
+from musique_models.models.base import QAModule, require_validation_gold
 from musique_models.models.decoding import (
     MARKER_COLUMNS,
     WINDOW_COLUMNS,
@@ -52,6 +52,8 @@ class MultiParagraphAnswerer(QAModule):
         max_answer_tokens: longest answer span considered when decoding; None (the official default): no cap.
         support_threshold: a paragraph is predicted supporting when its probability exceeds this.
         single_support: exactly one supporting paragraph per question (softmax over markers, argmax predicted).
+        validation: the evaluation split's gold and contexts its validation epochs are scored against with the
+            evaluator's metrics (needed when the stage validates; never saved in a checkpoint).
     """
 
     def __init__(
@@ -67,9 +69,11 @@ class MultiParagraphAnswerer(QAModule):
         warmup_ratio: float = 0.1,
         single_support: bool = False,
         schedule: str = "linear",
+        validation: ValidationGold | None = None,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, schedule=schedule)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["validation"])
+        self.validation = validation
         self.encoder = load_encoder(backbone, vocab_size)
         hidden = self.encoder.config.hidden_size
         self.span_head = nn.Linear(hidden, 2)
@@ -83,11 +87,6 @@ class MultiParagraphAnswerer(QAModule):
         self.support_threshold = support_threshold
         self.single_support = single_support
         self.val_outputs = WindowOutputCollector()
-        # Set by the training pipeline: the evaluation split's gold, ids and contexts, to score in the loop, and
-        # whether its unanswerable rows come in twins (paired metrics; not for single-hop questions).
-        self.eval_golds: Sequence[GoldInstance] = ()
-        self.eval_context_of: Callable[[int], str] | None = None
-        self.eval_paired = True
 
     def encode(
         self,
@@ -219,10 +218,10 @@ class MultiParagraphAnswerer(QAModule):
     def on_validation_epoch_end(self) -> None:
         windows, markers = self.val_outputs.compute()  # every rank's windows: all ranks decode the same
         self.val_outputs.reset()
-        if not self.eval_golds or self.eval_context_of is None:
-            return
+        validation = require_validation_gold(self, self.validation, needs_context=True)
+        golds, context_of = validation.golds, validation.context_of
         metrics = evaluate_predictions(
-            self.eval_golds, self.decode(windows, markers, self.eval_golds, self.eval_context_of), self.eval_paired
+            golds, self.decode(windows, markers, golds, context_of), validation.paired
         ).metrics
         for name, value in metrics.items():
             if not name.startswith("count"):

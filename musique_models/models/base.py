@@ -10,7 +10,8 @@ import pytorch_lightning as pl
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from musique_models.errors import check_choice
+from musique_models.errors import MusiqueModelsError, check_choice
+from musique_models.evaluation.gold import ValidationGold
 
 SCHEDULES = ("linear", "slanted_triangular")
 
@@ -83,6 +84,20 @@ class QAModule(pl.LightningModule):
             kind, keys, position, has_gauss, cached_gaussian = states["numpy"]
             np.random.set_state((kind, np.array(keys, dtype=np.uint32), position, has_gauss, cached_gaussian))
             random.setstate(states["python"])
+
+
+def require_validation_gold(
+    module: pl.LightningModule, validation: ValidationGold | None, needs_context: bool = False
+) -> ValidationGold:
+    """The gold a module was built with to score its validation epochs; a clear error when it was built without
+    (a stage that validates needs it; `validate: false` needs none)."""
+    if validation is None or (needs_context and validation.context_of is None):
+        what = "ValidationGold(golds, paired, context_of)" if needs_context else "ValidationGold(golds, paired)"
+        raise MusiqueModelsError(
+            f"{type(module).__name__} scores its validation epochs against the evaluation split's gold: build it "
+            f"with validation={what}, or train the stage without validation (validate: false)"
+        )
+    return validation
 
 
 def _rng_states() -> dict[str, Any]:

@@ -32,12 +32,12 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.evaluator import score_instance
-from musique_models.evaluation.gold import GoldInstance
+from musique_models.evaluation.gold import ValidationGold
 from musique_models.evaluation.metrics import aggregate
 from musique_models.evaluation.predictions import Prediction
 from musique_models.evaluation.torchmetric import MultihopQAMetric
 from musique_models.models.backbone import BackboneSpec, load_seq2seq, load_tokenizer, pool
-from musique_models.models.base import QAModule
+from musique_models.models.base import QAModule, require_validation_gold
 
 # An uncased WordPiece decode writes every punctuation mark as its own word ("land - grant", "6. 8", "hudson ' s",
 # "u. s."), which the answer metric (punctuation dropped, not spaced) scores as other words. These rules glue the
@@ -76,8 +76,7 @@ class QuestionOnlyAnswerer(QAModule):
 
     The tokenizer is rebuilt from `backbone` on construction (`load_tokenizer`), so a checkpoint loads with
     `QuestionOnlyAnswerer.load_from_checkpoint(path)` alone; `vocab_size` and `pad_token_id` (the tokenizer the
-    features were built with) are checked against it. For validation with the evaluator's metrics, set
-    `eval_golds` (the evaluation split's gold, row i = feature `example_row` i) and `eval_paired`.
+    features were built with) are checked against it.
 
     Args:
         backbone: the seq2seq backbone (bart_large, minilm_bert2bert, tiny_bart).
@@ -87,6 +86,8 @@ class QuestionOnlyAnswerer(QAModule):
         label_smoothing: of the training cross-entropy.
         num_beams: beam size of generation (1: greedy).
         max_answer_tokens: most answer tokens generated (the end token comes on top; the features' target clip).
+        validation: the evaluation split's gold its validation epochs are scored against with the evaluator's metrics
+            (needed when the stage validates; never saved in a checkpoint).
     """
 
     def __init__(
@@ -102,9 +103,11 @@ class QuestionOnlyAnswerer(QAModule):
         label_smoothing: float = 0.1,
         num_beams: int = 1,
         max_answer_tokens: int = 30,
+        validation: ValidationGold | None = None,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, schedule=schedule)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["validation"])
+        self.validation = validation
         self.tokenizer = load_tokenizer(backbone)
         if (len(self.tokenizer), self.tokenizer.pad_token_id) != (vocab_size, pad_token_id):
             raise MusiqueModelsError(
@@ -123,9 +126,6 @@ class QuestionOnlyAnswerer(QAModule):
         self.num_beams = num_beams
         self.max_answer_tokens = max_answer_tokens
         self.val_metric = MultihopQAMetric([])
-        # Set by the training pipeline: the evaluation split's gold, and whether its unanswerable rows come in twins.
-        self.eval_golds: Sequence[GoldInstance] = ()
-        self.eval_paired = True
 
     def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The encoder's last hidden states (B, T, H) of the questions."""
@@ -214,8 +214,6 @@ class QuestionOnlyAnswerer(QAModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         hidden = self.encode(batch)
         self.log("val/loss", self.loss(batch, hidden), sync_dist=True, batch_size=len(batch["input_ids"]))
-        if not self.eval_golds:
-            return
         generated = self.generate_answers(batch, hidden)
         self.val_metric.update(
             batch["example_row"].tolist(),
@@ -225,11 +223,10 @@ class QuestionOnlyAnswerer(QAModule):
         )
 
     def on_validation_epoch_start(self) -> None:
-        self.val_metric.golds = list(self.eval_golds)
+        self.val_metric.golds = list(require_validation_gold(self, self.validation).golds)
 
     def on_validation_epoch_end(self) -> None:
-        if not self.eval_golds:
-            return
+        validation = require_validation_gold(self, self.validation)
         with self.val_metric.sync_context():  # every rank's rows: all ranks score the same
             results = self.val_metric.instance_results()
         self.val_metric.reset()
@@ -237,9 +234,9 @@ class QuestionOnlyAnswerer(QAModule):
         # MuSiQue-Full's twins stay paired
         seen = {result.row for result in results}
         results += [
-            score_instance(gold, Prediction(gold.id, "", [], True)) for gold in self.eval_golds if gold.row not in seen
+            score_instance(gold, Prediction(gold.id, "", [], True)) for gold in validation.golds if gold.row not in seen
         ]
-        metrics = aggregate(sorted(results, key=lambda result: result.row), self.eval_paired)
+        metrics = aggregate(sorted(results, key=lambda result: result.row), validation.paired)
         for name, value in metrics.items():
             if not name.startswith("count"):
                 # identical on every rank; sync_dist (a mean of equal values) says so to Lightning

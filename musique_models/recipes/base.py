@@ -4,6 +4,7 @@ any table of schema rows (the evaluation split, another dataset's split, a DiRe 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -13,7 +14,7 @@ from omegaconf import DictConfig
 from pytorch_lightning.loggers import Logger
 
 from musique_models.data.source import DatasetSource
-from musique_models.evaluation.gold import GoldInstance
+from musique_models.evaluation.gold import GoldInstance, ValidationGold
 from musique_models.evaluation.predictions import Prediction
 from musique_models.models.decoding import DecodedQuestion
 
@@ -37,6 +38,11 @@ class RunContext:
     def has_unanswerable(self) -> bool:
         """Whether the data holds unanswerable questions (MuSiQue-Full): readers then get an answerability head."""
         return not all(self.evaluation["answerable"]) or not all(self.train["answerable"])
+
+    def validation_gold(self, context_of: Callable[[int], str] | None = None) -> ValidationGold:
+        """The evaluation split's gold for a module that scores its validation epochs (`context_of(row)`: the text a
+        span reader read for each row)."""
+        return ValidationGold(self.eval_golds, self.eval_paired, context_of)
 
 
 @runtime_checkable

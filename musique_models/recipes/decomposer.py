@@ -27,14 +27,15 @@ from musique_models.io import write_jsonl
 from musique_models.models.backbone import BackboneSpec
 from musique_models.models.decomposer import QuestionDecomposer, decomposition_scores, load_decomposer_tokenizer
 from musique_models.recipes.base import RunContext
-from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.recipes.fitting import StageInputs, fit_stage
+from musique_models.run_files import DECOMPOSITIONS_FILE
+from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
-from musique_models.training.stage import finished_checkpoint, run_stage
+from musique_models.training.stage import finished_checkpoint
 
 log = logging.getLogger(__name__)
 
 DECOMPOSER_MONITOR = "val/bleu"
-DECOMPOSITIONS_FILE = "decompositions.jsonl"
 
 
 def require_decompositions(context: RunContext, model_name: str) -> None:
@@ -157,13 +158,6 @@ class Decomposer:
         settings = self._settings()
         backbone: BackboneSpec = instantiate(cfg.backbone)
         tokenizer = load_decomposer_tokenizer(backbone)
-        cache = f"{context.cfg.paths.cache_dir}/features"
-        train_rows = featurize(context.train, featurize_decomposer, tokenizer, cache, "decomposer-train", **settings)
-        eval_rows = None
-        if cfg.get("validate", True):
-            eval_rows = featurize(
-                context.evaluation, featurize_decomposer, tokenizer, cache, "decomposer-eval", **settings
-            )
         module = QuestionDecomposer(
             backbone,
             len(tokenizer),
@@ -175,26 +169,10 @@ class Decomposer:
             num_beams=cfg.num_beams,
             max_target_tokens=cfg.max_target_tokens,
         )
-        data = QADataModule.for_tokenizer(
-            tokenizer,
-            train_rows,
-            eval_rows,
-            batch_size=cfg.micro_batch_size,
-            eval_batch_size=self.eval_batch_size,
-            num_workers=self.num_workers,
-            seed=context.cfg.seed,
+        inputs = StageInputs(tokenizer, featurize_decomposer, settings, context.train, context.evaluation)
+        best = fit_stage(
+            context, "decomposer", module, cfg, inputs, DECOMPOSER_MONITOR, self.eval_batch_size, self.num_workers
         )
-        result = run_stage(
-            "decomposer",
-            module,
-            data,
-            context.cfg,
-            cfg,
-            context.run_dir,
-            monitor=DECOMPOSER_MONITOR,
-            shared_loggers=context.loggers,
-        )
-        best = QuestionDecomposer.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
         return DecomposerPredictor(FittedDecomposer(best, tokenizer, settings), context.cfg, self.eval_batch_size)
 
     def load(self, cfg: DictConfig, run_dir: Path) -> DecomposerPredictor:

@@ -9,6 +9,7 @@ on the markers only. What it scores is what a dataset gives away without its que
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import datasets
 from hydra.utils import instantiate
@@ -16,21 +17,23 @@ from omegaconf import DictConfig
 
 from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
+from musique_models.features.context import ContextBuilder
 from musique_models.features.end2end import GLOBAL_ATTENTION, featurize_end2end
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.decoding import DecodedQuestion
 from musique_models.models.end2end import End2EndReader
 from musique_models.recipes.base import RunContext, decoded_predictions
+from musique_models.recipes.fitting import StageInputs, fit_stage
 from musique_models.recipes.reader import (
     YES_NO_MODES,
     FittedReader,
     ReaderPredictor,
-    fit_reader,
     reader_kwargs,
+    reader_monitor,
     single_input_settings,
     yes_no_setup,
 )
-from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.settings import ReaderSettings
 from musique_models.training.stage import finished_checkpoint
 
 
@@ -72,27 +75,34 @@ class End2End:
         self.empty_question = empty_question
         self.yes_no = yes_no
         check_choice("model.yes_no", yes_no, YES_NO_MODES)
-        check_choice(
-            "model.reader.global_attention", reader.get("global_attention", "before_context"), GLOBAL_ATTENTION
+        check_choice(  # a run saved before the setting existed reads the default
+            "model.reader.global_attention",
+            reader.get("global_attention", ReaderSettings.global_attention),
+            GLOBAL_ATTENTION,
         )
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
 
-    def _fitted(self, cfg: DictConfig, reader: End2EndReader, tokenizer: object) -> FittedReader:
-        """`reader` with the tokenizer and featuriser settings that feed it under the run's config `cfg`."""
+    def _reading(self, cfg: DictConfig, backbone: BackboneSpec) -> tuple[dict[str, Any], bool, str]:
+        """(featuriser settings, include_title, context prefix) of the reader under the run's config `cfg`."""
         include_title = bool(cfg.dataset.get("include_title", False))
         prefix, _ = yes_no_setup(cfg, self.yes_no)
-        backbone: BackboneSpec = reader.hparams.backbone
         settings = single_input_settings(self.reader_cfg, backbone, include_title, prefix, self.empty_question)
+        return settings, include_title, prefix
+
+    def _fitted(self, cfg: DictConfig, reader: End2EndReader, tokenizer: object) -> FittedReader:
+        """`reader` with the tokenizer and featuriser settings that feed it under the run's config `cfg`."""
+        settings, include_title, prefix = self._reading(cfg, reader.hparams.backbone)
         return FittedReader(reader, tokenizer, featurize_end2end, settings, include_title, prefix)
 
     def fit(self, context: RunContext, name: str | None = None) -> End2EndPredictor:
         """Fit the reader as stage `name` (the recipe's name by default) on `context`'s splits, validated on its
         evaluation split when the stage validates; the best reader, placed for prediction."""
         cfg = context.cfg
-        name = name or self.name
         backbone: BackboneSpec = instantiate(self.reader_cfg.backbone)
         tokenizer = load_tokenizer(backbone)
+        settings, include_title, prefix = self._reading(cfg, backbone)
+        eval_table = in_dataset_order(context.evaluation)
         _, answer_type_head = yes_no_setup(cfg, self.yes_no)
         reader = End2EndReader(
             backbone,
@@ -101,28 +111,15 @@ class End2End:
             answerability_head=context.has_unanswerable,
             answer_type_head=answer_type_head,
             single_support=self.reader_cfg.single_support,
+            validation=context.validation_gold(ContextBuilder(eval_table, include_title, prefix)),
             **reader_kwargs(self.reader_cfg),
         )
-        fitted = self._fitted(cfg, reader, tokenizer)
-        cache = f"{cfg.paths.cache_dir}/features"
-        train_rows = featurize(
-            in_dataset_order(context.train), featurize_end2end, tokenizer, cache, f"{name}-train", **fitted.settings
+        inputs = StageInputs(tokenizer, featurize_end2end, settings, in_dataset_order(context.train), eval_table)
+        monitor = reader_monitor(reader.answerability_head, context.eval_paired)
+        best = fit_stage(
+            context, name or self.name, reader, self.reader_cfg, inputs, monitor, self.eval_batch_size, self.num_workers
         )
-        eval_table = in_dataset_order(context.evaluation)
-        eval_rows = None
-        if self.reader_cfg.get("validate", True):
-            eval_rows = featurize(eval_table, featurize_end2end, tokenizer, cache, f"{name}-eval", **fitted.settings)
-        data = QADataModule.for_tokenizer(
-            tokenizer,
-            train_rows,
-            eval_rows,
-            batch_size=self.reader_cfg.micro_batch_size,
-            eval_batch_size=self.eval_batch_size,
-            num_workers=self.num_workers,
-            seed=cfg.seed,
-        )
-        fitted.reader = fit_reader(name, reader, data, context, self.reader_cfg, fitted.context_builder(eval_table))
-        return End2EndPredictor(fitted, cfg, self.eval_batch_size)
+        return End2EndPredictor(self._fitted(cfg, best, tokenizer), cfg, self.eval_batch_size)
 
     def load(self, cfg: DictConfig, run_dir: Path, name: str | None = None) -> End2EndPredictor:
         """The best reader of stage `name` of the finished run in `run_dir` (`cfg`: its config); never trains."""

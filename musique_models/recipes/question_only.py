@@ -21,9 +21,10 @@ from musique_models.features.question_only import featurize_question_only
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.question_only import QuestionOnlyAnswerer, decode_answers
 from musique_models.recipes.base import Predictor, RunContext
-from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.recipes.fitting import StageInputs, fit_stage
+from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
-from musique_models.training.stage import finished_checkpoint, run_stage
+from musique_models.training.stage import finished_checkpoint
 
 STAGE_NAME = "answerer"
 # The best checkpoint follows answer F1 even on MuSiQue-Full: its twins share their question, so a question-only
@@ -97,13 +98,6 @@ class QuestionOnly:
         backbone: BackboneSpec = instantiate(cfg.backbone)
         tokenizer = load_tokenizer(backbone)
         settings = question_only_settings(cfg)
-        cache = f"{context.cfg.paths.cache_dir}/features"
-        train_rows = featurize(context.train, featurize_question_only, tokenizer, cache, "q-only-train", **settings)
-        eval_rows = None  # a stage that does not validate needs no evaluation rows
-        if cfg.get("validate", True):
-            eval_rows = featurize(
-                context.evaluation, featurize_question_only, tokenizer, cache, "q-only-eval", **settings
-            )
         module = QuestionOnlyAnswerer(
             backbone,
             len(tokenizer),
@@ -115,28 +109,12 @@ class QuestionOnly:
             label_smoothing=cfg.label_smoothing,
             num_beams=cfg.num_beams,
             max_answer_tokens=cfg.max_answer_tokens,
+            validation=context.validation_gold(),
         )
-        module.eval_golds, module.eval_paired = context.eval_golds, context.eval_paired
-        data = QADataModule.for_tokenizer(
-            tokenizer,
-            train_rows,
-            eval_rows,
-            batch_size=cfg.micro_batch_size,
-            eval_batch_size=self.eval_batch_size,
-            num_workers=self.num_workers,
-            seed=context.cfg.seed,
+        inputs = StageInputs(tokenizer, featurize_question_only, settings, context.train, context.evaluation)
+        best = fit_stage(
+            context, STAGE_NAME, module, cfg, inputs, QUESTION_ONLY_MONITOR, self.eval_batch_size, self.num_workers
         )
-        result = run_stage(
-            STAGE_NAME,
-            module,
-            data,
-            context.cfg,
-            cfg,
-            context.run_dir,
-            monitor=QUESTION_ONLY_MONITOR,
-            shared_loggers=context.loggers,
-        )
-        best = type(module).load_from_checkpoint(result.best_checkpoint, map_location="cpu")
         return QuestionOnlyPredictor(best, context.cfg, self.eval_batch_size, settings)
 
     def load(self, cfg: DictConfig, run_dir: Path) -> Predictor:

@@ -1,4 +1,5 @@
-"""The reader stage every reading recipe shares: fit on featurised rows, then read any table with the best weights."""
+"""What the span-reading recipes share: the fitted reader with what feeds it, its settings, its validation metric, and
+reading any table with the best weights (the stage itself is fitted by `recipes.fitting.fit_stage`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ from musique_models.features.context import YES_NO_PREFIX, ContextBuilder
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec
 from musique_models.models.decoding import DecodedQuestion
-from musique_models.recipes.base import RunContext
-from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.settings import SingleInputSettings
+from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
-from musique_models.training.stage import run_stage
 
 YES_NO_MODES = ("prefix", "head")
 
@@ -62,7 +62,9 @@ def single_input_settings(
         "include_title": include_title,
         "prefix": prefix,
         "empty_question": empty_question,
-        "global_attention": stage_cfg.get("global_attention", "before_context"),
+        "global_attention": stage_cfg.get(
+            "global_attention", SingleInputSettings.global_attention
+        ),  # older runs lack it
     }
 
 
@@ -71,7 +73,7 @@ def reader_kwargs(stage_cfg: DictConfig) -> dict[str, Any]:
     return {
         "lr": stage_cfg.lr,
         "warmup_ratio": stage_cfg.warmup_ratio,
-        "schedule": stage_cfg.get("schedule", "linear"),
+        "schedule": stage_cfg.schedule,
         "max_answer_tokens": stage_cfg.get("max_answer_tokens"),
     }
 
@@ -84,25 +86,6 @@ def reader_monitor(answerability: bool, paired: bool = True) -> str:
     if not answerability:
         return "val/answer_f1"
     return "val/group_answer_sufficiency_f1" if paired else "val/avg_answer_sufficiency_f1"
-
-
-def fit_reader(
-    name: str,
-    reader: MultiParagraphAnswerer,
-    data: QADataModule,
-    context: RunContext,
-    stage_cfg: DictConfig,
-    context_of: Callable[[int], str],
-) -> MultiParagraphAnswerer:
-    """Fit `reader` as stage `name`, validated with the evaluator's metrics on `context`'s evaluation split (see
-    `reader_monitor`; `context_of(row)` rebuilds an evaluation row's context); return the best checkpoint's reader
-    (on the CPU)."""
-    reader.eval_golds, reader.eval_context_of, reader.eval_paired = context.eval_golds, context_of, context.eval_paired
-    monitor = reader_monitor(reader.answerability_head, context.eval_paired)
-    result = run_stage(
-        name, reader, data, context.cfg, stage_cfg, context.run_dir, monitor=monitor, shared_loggers=context.loggers
-    )
-    return type(reader).load_from_checkpoint(result.best_checkpoint, map_location="cpu")
 
 
 class ReaderPredictor:

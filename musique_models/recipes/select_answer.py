@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from musique_models.errors import check_choice
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.answerer import featurize_answerer
+from musique_models.features.context import ContextBuilder
 from musique_models.features.end2end import GLOBAL_ATTENTION, featurize_end2end
 from musique_models.features.selector import SELECTOR_POSITIVES, featurize_selector
 from musique_models.io import write_json
@@ -35,19 +36,22 @@ from musique_models.models.decoding import DecodedQuestion
 from musique_models.models.end2end import End2EndReader
 from musique_models.models.selector import ParagraphSelector, RankingMetric, load_selector, rank_paragraphs
 from musique_models.recipes.base import RunContext, decoded_predictions
+from musique_models.recipes.fitting import StageInputs, features_cache, fit_stage
 from musique_models.recipes.reader import (
     YES_NO_MODES,
     FittedReader,
     ReaderPredictor,
-    fit_reader,
     reader_kwargs,
+    reader_monitor,
     single_input_settings,
     yes_no_setup,
 )
-from musique_models.training.datamodule import QADataModule, featurize
+from musique_models.run_files import RANKING_FILE, stage_ranking_file
+from musique_models.settings import AnswererSettings
+from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
 from musique_models.training.loaders import BalancedNegatives
-from musique_models.training.stage import finished_checkpoint, run_stage
+from musique_models.training.stage import finished_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +59,47 @@ log = logging.getLogger(__name__)
 SELECTOR_MONITOR = "val/rank_f1"
 ANSWERER_INPUTS = ("auto", "single", "windows")
 SUPPORT_SOURCES = ("answerer", "read")
-RANKING_FILE = "selector_ranking.json"
+
+
+@dataclass
+class FittedSelector:
+    """A trained selector with the tokenizer and featuriser settings that feed it."""
+
+    selector: ParagraphSelector
+    tokenizer: Any
+    settings: dict[str, Any]
+
+    def pairs(self, table: datasets.Dataset, cache_dir: str | None = None, name: str = "rank") -> datasets.Dataset:
+        """Every (row, paragraph) pair of `table`, featurised for the selector (cached as `name` under `cache_dir`;
+        None: in memory)."""
+        return featurize(table, featurize_selector, self.tokenizer, cache_dir, name, **self.settings)
 
 
 @dataclass
 class FittedSelectAnswer:
-    """A trained selector (with its tokenizer and featuriser settings) and the answerer that reads its top K."""
+    """A trained selector and the answerer that reads its top K."""
 
-    selector: ParagraphSelector
-    selector_tokenizer: Any
-    selector_settings: dict[str, Any]
+    selector: FittedSelector
     top_k: int
     answerer: FittedReader
+
+
+class SelectorRanker:
+    """A trained selector placed once: ranks every paragraph of each row of a table."""
+
+    def __init__(self, fitted: FittedSelector, cfg: DictConfig, batch_size: int) -> None:
+        self.fitted = fitted
+        self.batches = BatchPredictor(fitted.selector, fitted.tokenizer, cfg, batch_size)
+
+    def rank(
+        self, table: datasets.Dataset, cache_dir: str | None = None, name: str = "rank"
+    ) -> tuple[list[list[int]], dict[str, torch.Tensor]]:
+        """Each row's paragraph idx, best first (all of them), and the scored pairs (with their labels)."""
+        columns = pair_scores(self.batches, self.fitted.pairs(table, cache_dir, name))
+        rankings = rank_paragraphs(
+            columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
+        )
+        return [rankings.get(row, []) for row in range(len(table))], columns
 
 
 def pair_scores(selector: BatchPredictor, pairs: datasets.Dataset) -> dict[str, torch.Tensor]:
@@ -96,25 +129,13 @@ class SelectAnswerPredictor:
         check_choice("model.support", support, SUPPORT_SOURCES)
         self.fitted = fitted
         self.support = support
-        self.selector = BatchPredictor(fitted.selector, fitted.selector_tokenizer, cfg, batch_size)
+        self.ranker = SelectorRanker(fitted.selector, cfg, batch_size)
         self.reader = ReaderPredictor(fitted.answerer, cfg, batch_size)
         self.extra_metrics: dict[str, float] = {}
 
-    def score_paragraphs(self, table: datasets.Dataset) -> dict[str, torch.Tensor]:
-        """The selector's score of every (row, paragraph) pair of `table`, with the pairs' labels."""
-        fitted = self.fitted
-        pairs = featurize(
-            table, featurize_selector, fitted.selector_tokenizer, None, "rank", **fitted.selector_settings
-        )
-        return pair_scores(self.selector, pairs)
-
     def select(self, table: datasets.Dataset) -> tuple[list[list[int]], dict[str, torch.Tensor]]:
         """Each row's paragraph idx, best first (all of them), and the scored pairs."""
-        columns = self.score_paragraphs(table)
-        rankings = rank_paragraphs(
-            columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
-        )
-        return [rankings.get(row, []) for row in range(len(table))], columns
+        return self.ranker.rank(table)
 
     def answer(self, table: datasets.Dataset) -> list[DecodedQuestion]:
         """Every row of `table` decoded from its top K (Step Execution's single-hop executor calls this per hop)."""
@@ -122,21 +143,35 @@ class SelectAnswerPredictor:
         return self._read(table, rankings)
 
     def _read(self, table: datasets.Dataset, rankings: list[list[int]]) -> list[DecodedQuestion]:
-        top_k = self.fitted.top_k
-        return self.reader.read(table.add_column("selected_idxs", [ranking[:top_k] for ranking in rankings]))
+        return self.reader.read(with_top_k(table, rankings, self.fitted.top_k))
 
     def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction]:
         """Rank, read, decode; writes `selector_ranking.json` (every row's ranking; recall@K and rank F1 when the
         table has labels) into `output_dir`."""
         rankings, columns = self.select(table)
-        record: dict[str, Any] = {"top_k": self.fitted.top_k, "rankings": ranking_rows(table["id"], rankings)}
-        if bool(columns["label"].any()):
-            record["metrics"] = ranking_metrics(columns, self.fitted.top_k)
+        record = ranking_record(table, rankings, columns, self.fitted.top_k)
+        if "metrics" in record:
             log.info("selector on %d questions: %s", len(table), record["metrics"])
         write_json(Path(output_dir) / RANKING_FILE, record)
         decoded = self._read(table, rankings)
         read = [ranking[:1] for ranking in rankings] if self.support == "read" else None
         return decoded_predictions(table["id"], decoded, support=read)
+
+
+def with_top_k(table: datasets.Dataset, rankings: list[list[int]], top_k: int) -> datasets.Dataset:
+    """`table` with `selected_idxs`: each row's `top_k` best paragraphs, best first (what the answerer reads)."""
+    return table.add_column("selected_idxs", [ranking[:top_k] for ranking in rankings])
+
+
+def ranking_record(
+    table: datasets.Dataset, rankings: list[list[int]], columns: dict[str, torch.Tensor], top_k: int
+) -> dict[str, Any]:
+    """A ranking file's content: K, each row's ranking by question id, and recall@K / rank F1 when the pairs have
+    labels."""
+    record: dict[str, Any] = {"top_k": top_k, "rankings": ranking_rows(table["id"], rankings)}
+    if bool(columns["label"].any()):
+        record["metrics"] = ranking_metrics(columns, top_k)
+    return record
 
 
 class SelectAnswer:
@@ -174,35 +209,15 @@ class SelectAnswer:
         self.top_k = top_k
         self.yes_no = yes_no
         check_choice("model.yes_no", yes_no, YES_NO_MODES)
-        check_choice("model.answerer.input", answerer.get("input", "auto"), ANSWERER_INPUTS)
+        check_choice("model.answerer.input", answerer.get("input", AnswererSettings.input), ANSWERER_INPUTS)
         check_choice(
-            "model.answerer.global_attention", answerer.get("global_attention", "before_context"), GLOBAL_ATTENTION
+            "model.answerer.global_attention",
+            answerer.get("global_attention", AnswererSettings.global_attention),
+            GLOBAL_ATTENTION,
         )
         self.selector_checkpoint = selector_checkpoint
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
-
-    def _datamodule(
-        self,
-        stage_cfg: DictConfig,
-        tokenizer: Any,
-        seed: int,
-        train: datasets.Dataset | None,
-        evaluation: datasets.Dataset | None,
-        predict_on: datasets.Dataset | None = None,
-        train_subset: BalancedNegatives | None = None,
-    ) -> QADataModule:
-        return QADataModule.for_tokenizer(
-            tokenizer,
-            train,
-            evaluation,
-            predict_on,
-            batch_size=stage_cfg.micro_batch_size,
-            eval_batch_size=self.eval_batch_size,
-            num_workers=self.num_workers,
-            seed=seed,
-            train_subset=train_subset,
-        )
 
     def _selector_settings(self, backbone: BackboneSpec, tokenizer: Any) -> dict[str, Any]:
         # the text's tokens; the special tokens come on top, within the backbone's positions
@@ -211,6 +226,14 @@ class SelectAnswer:
         if self.selector_positives != "support":
             settings["positives"] = self.selector_positives
         return settings
+
+    def _single_input(self, backbone: BackboneSpec) -> bool:
+        """Whether the answerer reads its top K as one input (see the class docstring)."""
+        mode = self.answerer_cfg.get("input", AnswererSettings.input)  # a run saved before the setting: its default
+        return mode == "single" or (mode == "auto" and backbone.max_length > 512)
+
+    def _answerer_class(self, backbone: BackboneSpec) -> type[MultiParagraphAnswerer]:
+        return End2EndReader if self._single_input(backbone) else MultiParagraphAnswerer
 
     def _answerer_setup(self, cfg: DictConfig, backbone: BackboneSpec) -> tuple[Any, dict[str, Any], str]:
         """(featuriser, its settings, context prefix) of the answerer under the run's config `cfg`."""
@@ -226,153 +249,118 @@ class SelectAnswer:
         }
         return featurize_answerer, settings, prefix
 
+    def _fitted_answerer(self, cfg: DictConfig, answerer: MultiParagraphAnswerer, tokenizer: Any) -> FittedReader:
+        featurizer, settings, prefix = self._answerer_setup(cfg, answerer.hparams.backbone)
+        return FittedReader(answerer, tokenizer, featurizer, settings, settings["include_title"], prefix)
+
     def fit(self, context: RunContext, stage_prefix: str = "") -> SelectAnswerPredictor:
         """Fit both stages (named `<stage_prefix>selector` and `<stage_prefix>answerer`) on `context`'s splits;
         the best selector and answerer, placed for prediction."""
-        cfg, run_dir = context.cfg, context.run_dir
-        # a reused selector brings its own backbone (its tokenizer must featurise the pairs it scores)
-        reused = load_selector(self.selector_checkpoint) if self.selector_checkpoint else None
-        selector_backbone: BackboneSpec = reused.hparams.backbone if reused else instantiate(self.selector_cfg.backbone)
-        answerer_backbone: BackboneSpec = instantiate(self.answerer_cfg.backbone)
-        selector_tokenizer = load_tokenizer(selector_backbone)
-        cache = f"{cfg.paths.cache_dir}/features"
-        selector_settings = self._selector_settings(selector_backbone, selector_tokenizer)
-        selector_stage = f"{stage_prefix}selector"
-        answerer_validates = bool(self.answerer_cfg.get("validate", True))
+        selector_stage, answerer_stage = f"{stage_prefix}selector", f"{stage_prefix}answerer"
+        selector = self._fit_selector(context, selector_stage)
+        # The answerer trains on the selector's own top K over the training split (and validates on the evaluation
+        # split's, when it validates). The selector's recall@K on each ranked split is written beside its stage.
+        ranker = SelectorRanker(selector, context.cfg, self.eval_batch_size)
+        validates = bool(self.answerer_cfg.validate)
+        splits = {"train": context.train, **({"eval": context.evaluation} if validates else {})}
+        ranked = {split: self._rank(context, ranker, table, selector_stage, split) for split, table in splits.items()}
+        answerer = self._fit_answerer(context, answerer_stage, ranked["train"], ranked.get("eval"), selector)
+        fitted = FittedSelectAnswer(selector, self.top_k, answerer)
+        return SelectAnswerPredictor(fitted, context.cfg, self.eval_batch_size, self.support)
 
-        # Stage 1: the selector, trained on balanced pairs (each question's gold paragraphs and as many negatives,
-        # drawn afresh every epoch; a batch is `micro_batch_size` questions), validated on every paragraph.
-        def pairs_of(table: datasets.Dataset, split: str) -> datasets.Dataset:
-            return featurize(
-                table, featurize_selector, selector_tokenizer, cache, f"{selector_stage}-{split}", **selector_settings
-            )
-
-        train_pairs = pairs_of(context.train, "train")
-        if reused is not None:
-            selector = reused
-        else:
-            selector = ParagraphSelector(
-                selector_backbone,
-                len(selector_tokenizer),
-                top_k=self.top_k,
-                lr=self.selector_cfg.lr,
-                warmup_ratio=self.selector_cfg.warmup_ratio,
-                schedule=self.selector_cfg.get("schedule", "linear"),
-                rows_per_forward=self.selector_cfg.get("rows_per_forward"),
-            )
-            eval_pairs = pairs_of(context.evaluation, "eval") if self.selector_cfg.get("validate", True) else None
-            balanced = BalancedNegatives(train_pairs["label"], train_pairs["example_row"], cfg.seed)
-            selector_data = self._datamodule(
-                self.selector_cfg, selector_tokenizer, cfg.seed, train_pairs, eval_pairs, train_subset=balanced
-            )
-            result = run_stage(
-                selector_stage,
-                selector,
-                selector_data,
-                cfg,
-                self.selector_cfg,
-                run_dir,
-                monitor=SELECTOR_MONITOR,
-                shared_loggers=context.loggers,
-            )
-            selector = ParagraphSelector.load_from_checkpoint(result.best_checkpoint, map_location="cpu")
-
-        # Stage 2: the answerer, trained on the selector's own top K over the training split (and validated on the
-        # evaluation split's, when it validates). The selector's test is recall@K on the training split here; on
-        # the evaluation split it is written when the evaluation split is predicted (`selector_ranking.json`).
-        featurizer, answerer_settings, prefix = self._answerer_setup(cfg, answerer_backbone)
-        answerer_tokenizer = (
-            selector_tokenizer if answerer_backbone == selector_backbone else load_tokenizer(answerer_backbone)
-        )
-        fitted = FittedSelectAnswer(
-            selector=selector,
-            selector_tokenizer=selector_tokenizer,
-            selector_settings=selector_settings,
+    def _fit_selector(self, context: RunContext, stage: str) -> FittedSelector:
+        """Stage 1: the selector (or the reused `selector_checkpoint`), trained on balanced pairs (each question's
+        gold paragraphs and as many negatives, drawn afresh every epoch; a batch is `micro_batch_size` questions),
+        validated on every paragraph."""
+        if self.selector_checkpoint:
+            return self._fitted_selector(load_selector(self.selector_checkpoint))
+        backbone: BackboneSpec = instantiate(self.selector_cfg.backbone)
+        tokenizer = load_tokenizer(backbone)
+        selector = ParagraphSelector(
+            backbone,
+            len(tokenizer),
             top_k=self.top_k,
-            answerer=FittedReader(
-                None, answerer_tokenizer, featurizer, answerer_settings, answerer_settings["include_title"], prefix
-            ),
+            lr=self.selector_cfg.lr,
+            warmup_ratio=self.selector_cfg.warmup_ratio,
+            schedule=self.selector_cfg.schedule,
+            rows_per_forward=self.selector_cfg.rows_per_forward,
         )
-        scorer = BatchPredictor(selector, selector_tokenizer, cfg, self.eval_batch_size)
-        selected = {}
-        for split, table, pairs in (("train", context.train, train_pairs), ("eval", context.evaluation, None)):
-            if split == "eval" and not answerer_validates:
-                continue
-            columns = pair_scores(scorer, pairs if pairs is not None else pairs_of(table, split))
-            rankings = rank_paragraphs(
-                columns["example_row"].tolist(), columns["paragraph_idx"].tolist(), columns["score"].tolist()
-            )
-            ranked = [rankings.get(row, []) for row in range(len(table))]
-            selected[split] = [ranking[: self.top_k] for ranking in ranked]
-            write_json(
-                run_dir / selector_stage / f"ranking_{split}.json",
-                {
-                    "top_k": self.top_k,
-                    "metrics": ranking_metrics(columns, self.top_k),
-                    "rankings": ranking_rows(table["id"], ranked),
-                },
-            )
-        train_table = context.train.add_column("selected_idxs", selected["train"])
-        eval_table = context.evaluation.add_column("selected_idxs", selected["eval"]) if "eval" in selected else None
+        settings = self._selector_settings(backbone, tokenizer)
+        inputs = StageInputs(tokenizer, featurize_selector, settings, context.train, context.evaluation)
+        seed = context.cfg.seed
+        best = fit_stage(
+            context,
+            stage,
+            selector,
+            self.selector_cfg,
+            inputs,
+            SELECTOR_MONITOR,
+            self.eval_batch_size,
+            self.num_workers,
+            train_subset=lambda pairs: BalancedNegatives(pairs["label"], pairs["example_row"], seed),
+        )
+        return FittedSelector(best, tokenizer, settings)
+
+    def _fitted_selector(self, selector: ParagraphSelector) -> FittedSelector:
+        tokenizer = load_tokenizer(selector.hparams.backbone)
+        return FittedSelector(selector, tokenizer, self._selector_settings(selector.hparams.backbone, tokenizer))
+
+    def _rank(
+        self, context: RunContext, ranker: SelectorRanker, table: datasets.Dataset, stage: str, split: str
+    ) -> datasets.Dataset:
+        """`table` with each row's top K by the selector; the ranking is written to `<stage>/ranking_<split>.json`."""
+        rankings, columns = ranker.rank(table, features_cache(context), f"{stage}-{split}")
+        write_json(
+            context.run_dir / stage / stage_ranking_file(split), ranking_record(table, rankings, columns, self.top_k)
+        )
+        return with_top_k(table, rankings, self.top_k)
+
+    def _fit_answerer(
+        self,
+        context: RunContext,
+        stage: str,
+        train: datasets.Dataset,
+        evaluation: datasets.Dataset | None,
+        selector: FittedSelector,
+    ) -> FittedReader:
+        """Stage 2: the answerer over the selected paragraphs (`selected_idxs`) of `train`, validated on
+        `evaluation`'s when it is given."""
+        cfg = context.cfg
+        backbone: BackboneSpec = instantiate(self.answerer_cfg.backbone)
+        shares_backbone = backbone == selector.selector.hparams.backbone
+        tokenizer = selector.tokenizer if shares_backbone else load_tokenizer(backbone)
+        featurizer, settings, prefix = self._answerer_setup(cfg, backbone)
         _, answer_type_head = yes_no_setup(cfg, self.yes_no)
+        context_of = ContextBuilder(
+            evaluation if evaluation is not None else context.evaluation, settings["include_title"], prefix
+        )
         heads = {
             "answerability_head": context.has_unanswerable,
             "answer_type_head": answer_type_head,
+            "validation": context.validation_gold(context_of),
             **reader_kwargs(self.answerer_cfg),
         }
-        answerer: MultiParagraphAnswerer
-        if featurizer is featurize_end2end:
-            answerer = End2EndReader(
-                answerer_backbone,
-                len(answerer_tokenizer),
-                gradient_checkpointing=self.answerer_cfg.gradient_checkpointing,
-                **heads,
+        if self._single_input(backbone):
+            answerer: MultiParagraphAnswerer = End2EndReader(
+                backbone, len(tokenizer), gradient_checkpointing=self.answerer_cfg.gradient_checkpointing, **heads
             )
         else:
-            answerer = MultiParagraphAnswerer(answerer_backbone, len(answerer_tokenizer), **heads)
-        answerer_stage = f"{stage_prefix}answerer"
-
-        def rows_of(table: datasets.Dataset, split: str) -> datasets.Dataset:
-            return featurize(
-                table, featurizer, answerer_tokenizer, cache, f"{answerer_stage}-{split}", **answerer_settings
-            )
-
-        answerer_data = self._datamodule(
-            self.answerer_cfg,
-            answerer_tokenizer,
-            cfg.seed,
-            rows_of(train_table, "train"),
-            rows_of(eval_table, "eval") if eval_table is not None else None,
+            answerer = MultiParagraphAnswerer(backbone, len(tokenizer), **heads)
+        inputs = StageInputs(tokenizer, featurizer, settings, train, evaluation)
+        monitor = reader_monitor(answerer.answerability_head, context.eval_paired)
+        best = fit_stage(
+            context, stage, answerer, self.answerer_cfg, inputs, monitor, self.eval_batch_size, self.num_workers
         )
-        context_of = fitted.answerer.context_builder(eval_table if eval_table is not None else context.evaluation)
-        best = fit_reader(answerer_stage, answerer, answerer_data, context, self.answerer_cfg, context_of)
-        fitted.answerer.reader = best
-        return SelectAnswerPredictor(fitted, cfg, self.eval_batch_size, self.support)
+        return self._fitted_answerer(cfg, best, tokenizer)
 
     def load(self, cfg: DictConfig, run_dir: Path, stage_prefix: str = "") -> SelectAnswerPredictor:
         """The best selector and answerer of the finished run in `run_dir` (`cfg`: its config); never trains. A
         run that reused a selector (`selector_checkpoint`) loads that one again."""
         selector_checkpoint = self.selector_checkpoint or finished_checkpoint(run_dir, f"{stage_prefix}selector")
-        selector = load_selector(selector_checkpoint)
+        selector = self._fitted_selector(load_selector(selector_checkpoint))
         answerer_path = finished_checkpoint(run_dir, f"{stage_prefix}answerer")
-        answerer_backbone: BackboneSpec = instantiate(self.answerer_cfg.backbone)
-        reader_class = End2EndReader if self._single_input(answerer_backbone) else MultiParagraphAnswerer
-        answerer = reader_class.load_from_checkpoint(answerer_path, map_location="cpu")
-        selector_tokenizer = load_tokenizer(selector.hparams.backbone)
-        answerer_tokenizer = load_tokenizer(answerer.hparams.backbone)
-        featurizer, answerer_settings, prefix = self._answerer_setup(cfg, answerer.hparams.backbone)
-        fitted = FittedSelectAnswer(
-            selector=selector,
-            selector_tokenizer=selector_tokenizer,
-            selector_settings=self._selector_settings(selector.hparams.backbone, selector_tokenizer),
-            top_k=self.top_k,
-            answerer=FittedReader(
-                answerer, answerer_tokenizer, featurizer, answerer_settings, answerer_settings["include_title"], prefix
-            ),
-        )
+        answerer_class = self._answerer_class(instantiate(self.answerer_cfg.backbone))
+        answerer = answerer_class.load_from_checkpoint(answerer_path, map_location="cpu")
+        fitted_answerer = self._fitted_answerer(cfg, answerer, load_tokenizer(answerer.hparams.backbone))
+        fitted = FittedSelectAnswer(selector, self.top_k, fitted_answerer)
         return SelectAnswerPredictor(fitted, cfg, self.eval_batch_size, self.support)
-
-    def _single_input(self, backbone: BackboneSpec) -> bool:
-        """Whether the answerer reads its top K as one input (see the class docstring)."""
-        mode = self.answerer_cfg.get("input", "auto")
-        return mode == "single" or (mode == "auto" and backbone.max_length > 512)

@@ -41,13 +41,14 @@ from musique_models.models.decoding import DecodedQuestion
 from musique_models.recipes.base import RunContext
 from musique_models.recipes.decomposer import Decomposer, DecomposerPredictor, require_decompositions
 from musique_models.recipes.end2end import End2End
+from musique_models.recipes.fitting import features_cache
 from musique_models.recipes.select_answer import SelectAnswer
+from musique_models.run_files import STEPS_FILE
 
 log = logging.getLogger(__name__)
 
 EXECUTORS = ("end2end", "select_answer")
 DECOMPOSITIONS = ("predicted", "gold")
-STEPS_FILE = "steps.jsonl"
 EXECUTOR_READER = "executor_reader"
 EXECUTOR_PREFIX = "executor_"
 
@@ -230,7 +231,7 @@ class StepExecution:
         decomposer = self.decomposer.fit(context) if self.decomposition == "predicted" else None
         if decomposer is None:
             require_decompositions(context, self.name)
-        cache = f"{context.cfg.paths.cache_dir}/features"
+        cache = features_cache(context)
         single_train = single_hop_table(context.train, cache)
         single_eval = single_hop_table(context.evaluation, cache)
         single_context = dataclasses.replace(

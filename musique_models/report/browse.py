@@ -33,13 +33,15 @@ from musique_models.evaluation.evaluator import evaluate_predictions
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import align_predictions, read_predictions
 from musique_models.io import atomic_open
+from musique_models.run_files import (
+    CONFIG_FILE,
+    DECOMPOSITIONS_FILE,
+    METRICS_FILE,
+    PAGE_FILE,
+    PREDICTIONS_FILE,
+    STEPS_FILE,
+)
 
-CONFIG_FILE = "config.yaml"
-PREDICTIONS_FILE = "predictions.jsonl"
-METRICS_FILE = "metrics.json"
-STEPS_FILE = "steps.jsonl"
-DECOMPOSITIONS_FILE = "decompositions.jsonl"
-PAGE_FILE = "errors.html"
 DATA_ELEMENT_ID = "browse-data"
 
 

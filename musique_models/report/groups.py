@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from musique_models.report.runs import SYSTEM_ORDER, RunRecord
+from musique_models.report.runs import RunRecord
+from musique_models.report.systems import system_rank
 from musique_models.training.provenance import SEED_KEYS, flatten_config, is_result_neutral, is_under
 
 PAPER_TRAIN_SIZE = 20_000
@@ -41,6 +42,7 @@ def result_settings(config: dict[str, Any]) -> dict[str, Any]:
         key: value
         for key, value in flat.items()
         if key not in SEED_KEYS
+        and value is not None  # an absent setting reads as null: a run saved before a setting existed groups as one
         and not is_result_neutral(key)
         and not is_under(key, DATA_LOCATION_KEYS)
         and not (cache_dir and isinstance(value, str) and value.startswith(str(cache_dir)))
@@ -170,11 +172,9 @@ def group_runs(runs: Sequence[RunRecord]) -> list[RunGroup]:
             else:
                 kept[run.seed] = run
         group.runs = sorted(kept.values(), key=lambda run: (run.seed is None, run.seed or 0, run.source))
-    ordered = sorted(
-        groups.values(), key=lambda g: (SYSTEM_ORDER.index(g.system), not g.comparable, g.origin, g.dataset)
-    )
+    ordered = sorted(groups.values(), key=lambda g: (system_rank(g.system), not g.comparable, g.origin, g.dataset))
     _label(ordered)
-    return sorted(ordered, key=lambda g: (SYSTEM_ORDER.index(g.system), not g.comparable, g.row_label, g.dataset))
+    return sorted(ordered, key=lambda g: (system_rank(g.system), not g.comparable, g.row_label, g.dataset))
 
 
 def _label(groups: list[RunGroup]) -> None:

@@ -14,16 +14,11 @@ from typing import Any
 import yaml
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.training.provenance import PROVENANCE_FILE
+from musique_models.report.systems import system_name
+from musique_models.run_files import CONFIG_FILE, EVALUATIONS_FOLDER, METRICS_FILE, PROVENANCE_FILE, STATUS_FILE
 
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.json"
-STATUS_FILE = "status.json"
-DIRE_METRICS_GLOB = "evaluations/*-dire-*/metrics.json"
+DIRE_METRICS_GLOB = f"{EVALUATIONS_FOLDER}/*-dire-*/{METRICS_FILE}"
 # model name in the run's config -> the paper's row; Step Execution depends on its executor
-SYSTEMS = {"end2end": "EE", "select_answer": "SA", "q_only": "Q-only", "c_only": "C-only", "one_para": "1-Para"}
-EXECUTION_SYSTEMS = {"end2end": "EX(EE)", "select_answer": "EX(SA)"}
-SYSTEM_ORDER = ("EE", "SA", "EX(EE)", "EX(SA)", "Q-only", "C-only", "1-Para")
 WANDB_METRIC_PREFIX = "test/"
 
 
@@ -50,15 +45,6 @@ class RunRecord:
     made_at: float = 0.0
 
 
-def system_name(config: Mapping[str, Any]) -> str | None:
-    """The paper's row of a run config (`EE`, `SA`, `EX(EE)`, ...), None for a model the paper's table lacks."""
-    model = config.get("model") or {}
-    model_name = config.get("model_name") or model.get("name")
-    if model_name == "step_execution":
-        return EXECUTION_SYSTEMS.get(model.get("executor") or config.get("executor") or "select_answer")
-    return SYSTEMS.get(model_name)
-
-
 def record_from_config(
     source: str,
     config: Mapping[str, Any],
@@ -67,7 +53,8 @@ def record_from_config(
     provenance: Mapping[str, Any] | None = None,
     made_at: float = 0.0,
 ) -> RunRecord | None:
-    """A `RunRecord` from a resolved run config and its flat metrics; None when the model is no paper system."""
+    """A `RunRecord` from a resolved run config and its flat metrics; None when the registry names no row for its
+    model (`report.systems`)."""
     system = system_name(config)
     dataset = (config.get("dataset") or {}).get("name")
     if system is None or dataset is None:
@@ -123,7 +110,7 @@ def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list
                 (folder / METRICS_FILE).stat().st_mtime,
             )
             if record is None:
-                warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the paper's table")
+                warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the report (no `system.name` in its conf/model/ config)")
                 continue
             records.append(record)
     return records, warnings
@@ -223,7 +210,7 @@ def find_wandb_offline(directory: str | Path) -> tuple[list[RunRecord], list[str
         provenance = plain.pop("provenance", None)
         record = record_from_config(str(folder), plain, metrics, provenance=provenance, made_at=_started(folder))
         if record is None:
-            warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the paper's table")
+            warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the report (no `system.name` in its conf/model/ config)")
         else:
             records.append(record)
     return records, warnings

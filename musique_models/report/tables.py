@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from musique_models.report.groups import RunGroup, backbones
-from musique_models.report.runs import SYSTEM_ORDER
+from musique_models.report.systems import system_rank
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.yaml")
 DATASET_LABELS = {
@@ -94,7 +94,7 @@ def table_rows(groups: Sequence[RunGroup], paper: Paper) -> list[Row]:
             values = [v for g in members if g.dataset == dataset for v in g.values(METRIC_KEYS[metric])]
             cells.append((values, paper.get((system, dataset, metric)) if comparable else None))
         rows.append((label, comparable, cells))
-    return sorted(rows, key=lambda row: (SYSTEM_ORDER.index(row[0].split()[0]), not row[1], row[0]))
+    return sorted(rows, key=lambda row: (system_rank(row[0].split()[0]), not row[1], row[0]))
 
 
 def legend(groups: Sequence[RunGroup]) -> list[str]:

@@ -20,7 +20,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import Logger, WandbLogger
 
-WANDB_ID_FILE = "wandb_run_id.txt"
+from musique_models.run_files import WANDB_ID_FILE
+
 # The wandb summary key of the per-hop metrics table, and the type of the artifact holding a run's result files.
 PER_HOP_TABLE_KEY = "test/per_hop"
 RESULTS_ARTIFACT_TYPE = "predictions"

@@ -17,7 +17,6 @@ import musique_models
 from musique_models import PROJECT_ROOT
 from musique_models.io import code_fingerprint
 
-PROVENANCE_FILE = "provenance.json"
 # The libraries whose versions can change a run's numbers.
 LIBRARIES = ("torch", "transformers", "pytorch-lightning", "datasets", "tokenizers", "hydra-core", "numpy")
 # Settings that do not change what a run computes (beyond the rounding of floating-point sums: thread counts, batch
@@ -35,6 +34,7 @@ RESULT_NEUTRAL_KEYS = (
     "trainer.threads",
     "model.num_workers",
     "model.eval_batch_size",
+    "model.system",  # the registry entry: how the report names the model
 )
 # ... except these, which decide which weights a stage keeps and when it stops.
 RESULT_DECIDING_KEYS = ("callbacks.model_checkpoint", "callbacks.early_stopping")

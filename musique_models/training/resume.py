@@ -30,12 +30,10 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Checkpoint
 
+from musique_models.run_files import RESUME_FILE, STOP_FILE
+
 log = logging.getLogger(__name__)
 
-RESUME_FILE = "last.ckpt"
-# Written into the training stage's folder by the main process, read by every training process: under DDP the
-# worker processes may not receive the signal themselves.
-STOP_FILE = "stop_requested"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # SLURM sends these before a time limit (`--signal=USR1@120`) or a pre-emption; submitit uses SIGUSR2.
 REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)

@@ -18,9 +18,9 @@ from pytorch_lightning.loggers import Logger
 
 from musique_models.errors import MusiqueModelsError
 from musique_models.io import write_json
+from musique_models.run_files import BEST_FILE, CHECKPOINTS_FOLDER, RESUME_FILE, STAGE_FILE
 from musique_models.training.loggers import StageLogger, stage_file_loggers
 from musique_models.training.resume import (
-    RESUME_FILE,
     STOP,
     ResumePoints,
     RunInterrupted,
@@ -29,7 +29,6 @@ from musique_models.training.resume import (
 
 log = logging.getLogger(__name__)
 
-STAGE_FILE = "stage.json"
 # Keys of the `trainer` config that are this project's, not the Lightning Trainer's.
 PROJECT_TRAINER_KEYS = ("threads",)
 
@@ -173,7 +172,7 @@ def run_stage(
     cfg: DictConfig,
     stage_cfg: DictConfig,
     run_dir: Path,
-    monitor: str,
+    monitor: str | None,
     mode: str = "max",
     shared_loggers: list[Logger] = (),
 ) -> StageResult:
@@ -193,7 +192,7 @@ def run_stage(
         log.info("stage %s already finished in %s: reusing %s", name, run_dir / name, finished["best_checkpoint"])
         return StageResult(finished["best_checkpoint"])
     stage_dir = run_dir / name
-    checkpoint_dir = stage_dir / "checkpoints"
+    checkpoint_dir = stage_dir / CHECKPOINTS_FOLDER
     validates = bool(stage_cfg.get("validate", True))
     offset = logged_steps_before(run_dir, name)
     loggers = [StageLogger(logger, name, offset) for logger in shared_loggers]
@@ -214,7 +213,7 @@ def run_stage(
         # a run folder moved mid-stage: Lightning restores the old absolute path; the file is here under its name
         best = str(checkpoint_dir / Path(best).name)
     if not best or not Path(best).exists():  # no validation (or fast_dev_run): the final weights are the best
-        best = str(checkpoint_dir / "best.ckpt")
+        best = str(checkpoint_dir / BEST_FILE)
         trainer.save_checkpoint(best, weights_only=True)
     logged = trainer.fit_loop.epoch_loop._batches_that_stepped
     write_json(

@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.train import train
+from musique_models.cli.train import instantiate_recipe, train
 from musique_models.data.source import DatasetSource
 from musique_models.errors import ConfigValueError
 from musique_models.features.context import PARAGRAPH_MARKER, YES_NO_PREFIX, build_context
@@ -257,7 +257,7 @@ def test_reader_needs_a_longformer_and_global_attention(compose_train_cfg) -> No
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
 def test_fast_dev_run_end2end_on_every_sample(dataset: str, compose_train_cfg, tmp_path: Path) -> None:
     cfg = compose_train_cfg([f"dataset={dataset}", "model=end2end", "trainer.fast_dev_run=true", *TINY_END2END])
-    assert isinstance(instantiate(cfg.model, _recursive_=False), End2End)
+    assert isinstance(instantiate_recipe(cfg), End2End)
     train(cfg)
     run = tmp_path / "run"
     predictions = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]

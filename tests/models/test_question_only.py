@@ -15,7 +15,8 @@ import torch
 from hydra.utils import instantiate
 
 from musique_models.data.schema import Example
-from musique_models.evaluation.gold import gold_from_example
+from musique_models.errors import MusiqueModelsError
+from musique_models.evaluation.gold import ValidationGold, gold_from_example
 from musique_models.features.question_only import NO_TARGET, featurize_question_only
 from musique_models.models.backbone import load_tokenizer
 from musique_models.models.question_only import QuestionOnlyAnswerer, clean_wordpiece_text, decode_answers
@@ -182,9 +183,9 @@ def test_tiny_bart_memorises_answers_and_answerability_and_reloads(setup, tmp_pa
     assert len(set(used["id"])) == 6
     features = featurize(used, featurize_question_only, tokenizer, tmp_path, "q-only-train", **SETTINGS)
     pl.seed_everything(0)
-    module = _module(setup, answerability_head=True, lr=setup["spec"].learning_rate)
-    module.eval_golds = [gold_from_example(Example.from_dict(row), i) for i, row in enumerate(used)]
-    module.eval_paired = False  # the twins are not both here
+    golds = [gold_from_example(Example.from_dict(row), i) for i, row in enumerate(used)]
+    validation = ValidationGold(golds, paired=False)  # the twins are not both here
+    module = _module(setup, answerability_head=True, lr=setup["spec"].learning_rate, validation=validation)
     trainer = pl.Trainer(
         accelerator="cpu",
         max_epochs=MEMORISE_EPOCHS,
@@ -241,3 +242,11 @@ def test_decoded_answers_are_clean_text(setup) -> None:
     answers = ["Land-grant university", "6.8 inches", "Hudson's Bay", "3,000"]
     ids = [tokenizer(answer)["input_ids"] + [tokenizer.pad_token_id] * 2 for answer in answers]
     assert decode_answers(tokenizer, ids) == [answer.lower() for answer in answers]
+
+
+def test_a_module_built_without_the_gold_says_so_when_it_validates(setup) -> None:
+    module = _module(setup)
+    with pytest.raises(MusiqueModelsError, match="scores its validation epochs against the evaluation split's gold"):
+        module.on_validation_epoch_start()
+    validation = ValidationGold([], paired=False)
+    assert "validation" not in _module(setup, validation=validation).hparams  # never saved in a checkpoint

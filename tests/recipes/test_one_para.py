@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from musique_models.cli.train import train
+from musique_models.cli.train import instantiate_recipe, train
 from musique_models.evaluation.metrics import normalize_answer
 from musique_models.features.context import YES_NO_PREFIX, build_context
 from musique_models.features.selector import answer_paragraph_idxs, featurize_selector
@@ -69,7 +69,7 @@ def test_one_para_selector_labels_are_the_answer_containing_paragraphs(dataset: 
     cfg = compose_train_cfg(
         [f"dataset={dataset}", "model=one_para", "backbone=tiny", "dataset.sample=true", "dataset.train_size=null"]
     )
-    recipe = instantiate(cfg.model, _recursive_=False)
+    recipe = instantiate_recipe(cfg)
     assert isinstance(recipe, SelectAnswer) and recipe.top_k == 1 and recipe.selector_positives == "answer"
     table = instantiate(cfg.dataset).load("train")
     tokenizer = load_tokenizer(instantiate(cfg.backbone))

@@ -10,6 +10,7 @@ import pytest
 from hydra.utils import instantiate
 
 import musique_models.models.question_only as question_only_model
+from musique_models.cli.train import instantiate_recipe
 from musique_models.data.schema import Example
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.models.backbone import BackboneSpec
@@ -39,7 +40,7 @@ TINY_Q_ONLY = [
 def test_config_composes_for_every_dataset(dataset: str, compose_train_cfg) -> None:
     for sample in (True, False):
         cfg = compose_train_cfg(["model=q_only", f"dataset={dataset}", f"dataset.sample={str(sample).lower()}"])
-        recipe = instantiate(cfg.model, _recursive_=False)
+        recipe = instantiate_recipe(cfg)
         assert isinstance(recipe, QuestionOnly) and isinstance(recipe, Recipe) and recipe.name == "q_only"
         stage = recipe.answerer_cfg
         backbone = instantiate(stage.backbone)
@@ -61,7 +62,7 @@ def test_paper_experiment_composes(dataset: str, compose_train_cfg) -> None:
     assert stage.backbone.name == "bart_large" and stage.lr == 3e-5 and stage.warmup_ratio == 0.0
     assert stage.micro_batch_size * stage.accumulate_grad_batches == 16 and stage.max_epochs == PAPER_EPOCHS[dataset]
     assert stage.validate and stage.gradient_clip_algorithm == "norm"
-    assert isinstance(instantiate(cfg.model, _recursive_=False), QuestionOnly)
+    assert isinstance(instantiate_recipe(cfg), QuestionOnly)
 
 
 def _context(cfg, run_dir: Path) -> RunContext:
@@ -92,7 +93,7 @@ def test_fit_predict_and_load_on_every_sample(dataset: str, compose_train_cfg, t
     monkeypatch.setattr(
         question_only_model, "aggregate", lambda *args: validated.append(aggregate(*args)) or validated[-1]
     )
-    recipe = instantiate(cfg.model, _recursive_=False)
+    recipe = instantiate_recipe(cfg)
     predictor = recipe.fit(context)
     assert len(validated) == 1 and validated[0]["count"] == EVAL_QUESTIONS
     assert isinstance(predictor, Predictor) and predictor.extra_metrics == {}

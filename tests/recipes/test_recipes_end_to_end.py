@@ -10,7 +10,7 @@ import torch
 from hydra.utils import instantiate
 from pytorch_lightning.callbacks import EarlyStopping
 
-from musique_models.cli.train import train
+from musique_models.cli.train import instantiate_recipe, train
 from musique_models.errors import ConfigValueError
 from musique_models.features.context import YES_NO_PREFIX
 from musique_models.models.backbone import BackboneSpec
@@ -45,7 +45,7 @@ TINY_RUN = [
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
 def test_every_model_and_dataset_config_composes_and_instantiates(model: str, dataset: str, compose_train_cfg) -> None:
     cfg = compose_train_cfg([f"model={model}", f"dataset={dataset}"])
-    recipe = instantiate(cfg.model, _recursive_=False)
+    recipe = instantiate_recipe(cfg)
     assert recipe.name == model
     if model == "select_answer":
         assert isinstance(recipe, SelectAnswer) and recipe.top_k == cfg.dataset.paper_settings.answerer_top_k
@@ -273,7 +273,7 @@ def test_each_official_system_composes_to_exactly_the_official_values(system: st
     assert cfg.model.name == ("select_answer" if system.startswith("sa_") else "end2end")
     trainer = instantiate(lightning_trainer_kwargs(cfg), logger=False, enable_progress_bar=False)
     assert trainer.gradient_clip_val == 1.0 and trainer.gradient_clip_algorithm == "value"
-    recipe = instantiate(cfg.model, _recursive_=False)
+    recipe = instantiate_recipe(cfg)
     # titles and the ( yes | no ) prefix on HotpotQA and 2Wiki only, as the official readers
     assert cfg.dataset.include_title == cfg.dataset.yes_no_answers == (dataset in _YES_NO_DATASETS)
     assert recipe.yes_no == "prefix"

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import datasets
 import pytest
-from hydra.utils import instantiate
 
-from musique_models.cli.train import train
+from musique_models.cli.train import instantiate_recipe, train
 from musique_models.data.features import FEATURES
 from musique_models.data.schema import Example, Paragraph
 from musique_models.evaluation.evaluator import evaluate_predictions
@@ -271,7 +270,7 @@ def test_each_execution_system_composes_to_exactly_the_official_values(system: s
     assert not cfg.dataset.sample and cfg.seed == 100
     datasets_of_decomposers = {"decomposer_musique": "musique_ans", "decomposer_2wiki": "2wiki_20k"}
     assert cfg.dataset.name == datasets_of_decomposers.get(system) or system.endswith(cfg.dataset.name)
-    recipe = instantiate(cfg.model, _recursive_=False)
+    recipe = instantiate_recipe(cfg)
     if system.startswith("ex_"):
         assert isinstance(recipe, StepExecution) and recipe.decomposition == "predicted"
         assert recipe.executor == ("end2end" if system.startswith("ex_ee") else "select_answer")

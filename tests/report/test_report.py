@@ -349,3 +349,15 @@ def test_user_errors_are_one_line_and_status_2(tmp_path: Path, capsys, arguments
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
+
+
+def test_every_model_config_is_in_the_registry_and_the_rows_keep_the_papers_order() -> None:
+    from musique_models.report.systems import display_names, system_name, unregistered_models
+
+    assert unregistered_models() == []
+    assert display_names() == ["EE", "SA", "EX(EE)", "EX(SA)", "Q-only", "C-only", "1-Para"]
+    assert system_name({"model": {"name": "step_execution", "executor": "end2end"}}) == "EX(EE)"
+    assert system_name({"model": {"name": "decomposer"}}) is None  # predicts no answers: no row
+    # a run of a model whose config is not here keeps the name its own config gave it
+    saved = {"model": {"name": "sa_t5", "system": {"name": "SA (T5)", "order": 2}}}
+    assert system_name(saved) == "SA (T5)"

@@ -14,8 +14,9 @@ import pytest
 import pytorch_lightning as pl
 from pytorch_lightning.demos.boring_classes import BoringModel
 
+from musique_models.run_files import STOP_FILE
 from musique_models.training import resume
-from musique_models.training.resume import STOP, STOP_FILE, ResumePoints, RunInterrupted, requeue_slurm_job
+from musique_models.training.resume import STOP, ResumePoints, RunInterrupted, requeue_slurm_job
 
 
 class FakeClock:

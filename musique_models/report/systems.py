@@ -1,0 +1,97 @@
+"""The registry of systems. Each model config (`conf/model/<model>.yaml`) says under `system:` its name in the report
+(the paper's row: `SA`, `EE`, ...; `EX({executor})` for Step Execution, which takes its executor's name; null for a
+model that predicts no answers), its place among the report's rows (`order`) and the tiny backbones its contract
+test trains it with (`tiny`: overrides). The report and the tests read them here: a model joins both by its config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from musique_models import PROJECT_ROOT
+
+MODEL_CONFIGS = PROJECT_ROOT / "conf" / "model"
+EXECUTOR_FIELD = "{executor}"
+
+
+@dataclass(frozen=True)
+class System:
+    """One model config's entry."""
+
+    model: str
+    name: str | None
+    order: int
+    tiny: tuple[str, ...] = ()
+    executors: tuple[str, ...] = ()
+
+    @classmethod
+    def from_entry(cls, model: str, entry: dict[str, Any]) -> System:
+        return cls(
+            model=model,
+            name=entry.get("name"),
+            order=int(entry.get("order", 99)),
+            tiny=tuple(entry.get("tiny") or ()),
+            executors=tuple(entry.get("executors") or ()),
+        )
+
+
+@cache
+def registry(folder: Path = MODEL_CONFIGS) -> dict[str, System]:
+    """Every model config that has a `system:` entry, by config name (`model=<name>`)."""
+    systems = {}
+    for path in sorted(folder.glob("*.yaml")):
+        entry = (yaml.safe_load(path.read_text()) or {}).get("system")
+        if entry is not None:
+            systems[path.stem] = System.from_entry(path.stem, entry)
+    return systems
+
+
+def unregistered_models(folder: Path = MODEL_CONFIGS) -> list[str]:
+    """Model configs without a `system:` entry (the report could not name their runs)."""
+    return [path.stem for path in sorted(folder.glob("*.yaml")) if path.stem not in registry(folder)]
+
+
+def display_names() -> list[str]:
+    """Every row name the report knows, in the report's order (`order`; a Step Execution row per executor, in its
+    executors' order)."""
+    systems = registry()
+    rows: list[tuple[int, int, str]] = []
+    for system in systems.values():
+        if system.name is None:
+            continue
+        if EXECUTOR_FIELD in system.name:
+            for executor in system.executors:
+                if executor in systems and systems[executor].name:
+                    name = system.name.replace(EXECUTOR_FIELD, systems[executor].name)
+                    rows.append((system.order, systems[executor].order, name))
+        else:
+            rows.append((system.order, 0, system.name))
+    return [name for _, _, name in sorted(rows)]
+
+
+def system_rank(name: str) -> int:
+    """A row name's place in the report's order (unknown names last)."""
+    names = display_names()
+    return names.index(name) if name in names else len(names)
+
+
+def system_name(config: dict[str, Any]) -> str | None:
+    """A run config's row in the report (`EE`, `SA`, `EX(EE)`, ...): the registry's entry of its model (the entry
+    saved in the run's config when its model config is gone); None for a model that predicts no answers or has
+    no entry."""
+    model = config.get("model") or {}
+    model_name = config.get("model_name") or model.get("name")
+    systems = registry()
+    saved = model.get("system")
+    system = systems.get(model_name) or (System.from_entry(model_name, saved) if saved else None)
+    if system is None or system.name is None:
+        return None
+    if EXECUTOR_FIELD not in system.name:
+        return system.name
+    executor = systems.get(model.get("executor") or config.get("executor") or "select_answer")
+    return system.name.replace(EXECUTOR_FIELD, executor.name) if executor is not None and executor.name else None
