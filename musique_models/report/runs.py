@@ -45,6 +45,11 @@ class RunRecord:
     made_at: float = 0.0
 
 
+def no_row_warning(source: Any, config: Mapping[str, Any]) -> str:
+    """What the report says of a run whose model the registry names no row for."""
+    return f"skipped {source}: model {config.get('model_name')} has no row (no `system.name` in its conf/model/ config)"
+
+
 def record_from_config(
     source: str,
     config: Mapping[str, Any],
@@ -110,7 +115,7 @@ def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list
                 (folder / METRICS_FILE).stat().st_mtime,
             )
             if record is None:
-                warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the report (no `system.name` in its conf/model/ config)")
+                warnings.append(no_row_warning(folder, config))
                 continue
             records.append(record)
     return records, warnings
@@ -210,7 +215,7 @@ def find_wandb_offline(directory: str | Path) -> tuple[list[RunRecord], list[str
         provenance = plain.pop("provenance", None)
         record = record_from_config(str(folder), plain, metrics, provenance=provenance, made_at=_started(folder))
         if record is None:
-            warnings.append(f"skipped {folder}: model {config.get('model_name')} has no row in the report (no `system.name` in its conf/model/ config)")
+            warnings.append(no_row_warning(folder, config))
         else:
             records.append(record)
     return records, warnings
