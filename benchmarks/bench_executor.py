@@ -35,7 +35,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
-from musique_models.cli.train import train  # noqa: E402
+from musique_models.cli.train import instantiate_recipe, train  # noqa: E402
 from musique_models.data.schema import Example  # noqa: E402
 from musique_models.evaluation.gold import gold_from_example  # noqa: E402
 from musique_models.recipes.base import RunContext  # noqa: E402
@@ -81,7 +81,7 @@ def trained_executor(cfg) -> tuple[SelectAnswerPredictor, RunContext]:
         run_dir=Path(cfg.paths.output_dir),
         loggers=[],
     )
-    recipe = instantiate(cfg.model, _recursive_=False)
+    recipe = instantiate_recipe(cfg)
     return recipe.load(cfg, context.run_dir).executor, context
 
 
@@ -100,16 +100,16 @@ def main() -> None:
     torch.set_num_threads(2)
     run_dir = args.out / "run"
     cfg = compose_config(run_dir, args.out / "cache", args.overrides)
-    if (
-        not (run_dir / "status.json").exists()
-        or json.loads((run_dir / "status.json").read_text())["status"] != "finished"
-    ):
+    status = json.loads((run_dir / "status.json").read_text())["status"] if (run_dir / "status.json").exists() else None
+    if status != "finished":
+        if status is not None:  # a run stopped before it finished: it goes on from its resume points
+            cfg.ckpt_path = "last"
         train(cfg)
     executor, context = trained_executor(cfg)
     table = context.evaluation
     templates = [[step["question"] for step in steps] for steps in table["decomposition"]]
 
-    predictors = {"selector": executor.selector, "answerer": executor.reader.batches}
+    predictors = {"selector": executor.ranker.batches, "answerer": executor.reader.batches}
     for predictor in predictors.values():
         predictor.recorded = []
     batched, batched_s = timed(lambda: execute_steps(executor, table, templates))
