@@ -151,27 +151,28 @@ def has_trained(output_dir: Path) -> bool:
 def is_interruption(error: BaseException) -> bool:
     """Whether the run stopped because it was asked to: a `RunInterrupted` in the error's chain, or, after a stop
     signal, Lightning's own exit on a signal (`KeyboardInterrupt`, `SystemExit`)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, RunInterrupted):
-            return True
-        current = current.__cause__ or current.__context__
+    if _run_interrupted(error) is not None:
+        return True
     return STOP.requested and isinstance(error, KeyboardInterrupt | SystemExit)
 
 
 def interruption_reason(error: BaseException) -> str:
     """What stopped the run, as the `RunInterrupted` in the error's chain says (`SIGINT received again: stopped at
     once`), else the signal's name."""
+    interruption = _run_interrupted(error)
+    return str(interruption) if interruption is not None and str(interruption) else STOP.signal_name or "a stop request"
+
+
+def _run_interrupted(error: BaseException) -> RunInterrupted | None:
+    """The first `RunInterrupted` in the error's chain (its causes and contexts), if any."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, RunInterrupted) and str(current):
-            return str(current)
+        if isinstance(current, RunInterrupted):
+            return current
         current = current.__cause__ or current.__context__
-    return STOP.signal_name or "a stop request"
+    return None
 
 
 def interrupted(output_dir: Path, reason: str) -> SystemExit:
@@ -214,7 +215,7 @@ def resume_command(output_dir: Path) -> str:
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
         overrides = [o for o in task_overrides() if o.split("=", 1)[0].lstrip("+~") != "ckpt_path"]
-        if hydra_cfg.mode == RunMode.MULTIRUN:
+        if in_multirun():
             overrides.append("hydra.mode=RUN")
         cwd = hydra_cfg.runtime.cwd
     else:  # called from Python, not through train.py: the overrides are not known here
@@ -226,6 +227,16 @@ def resume_command(output_dir: Path) -> str:
         f"hydra.run.dir={hydra_value(str(output_dir.resolve()))}",
         "ckpt_path=last",
     ]
+    return shell_command(cwd, arguments)
+
+
+def in_multirun() -> bool:
+    """Whether this is a job of a Hydra multirun (`--multirun`)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def shell_command(cwd: str, arguments: list[str]) -> str:
+    """`cd CWD && ARGUMENTS`, quoted for a POSIX shell."""
     return f"cd {shlex.quote(cwd)} && {shlex.join(arguments)}"
 
 
@@ -234,7 +245,7 @@ def sweep_resume_command() -> str | None:
     sweep's own command line in its folder (`hydra.sweep.dir`) with `ckpt_path=last`, which keeps the finished
     jobs, resumes the stopped one and starts those not started. None for a single run, or a job run by a launcher
     in another process (its command line is not the sweep's)."""
-    if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
+    if not in_multirun():
         return None
     if Path(sys.argv[0]).resolve() != (PROJECT_ROOT / "train.py").resolve():
         return None
@@ -251,7 +262,7 @@ def sweep_resume_command() -> str | None:
         f"hydra.sweep.dir={hydra_value(str(Path(hydra_cfg.sweep.dir).resolve()))}",
         "ckpt_path=last",
     ]
-    return f"cd {shlex.quote(hydra_cfg.runtime.cwd)} && {shlex.join(arguments)}"
+    return shell_command(hydra_cfg.runtime.cwd, arguments)
 
 
 def hydra_value(text: str) -> str:
@@ -301,8 +312,7 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
     unknown = unknown_settings(cfg.get("model"), "model")
     if unknown:
         raise RunConfigError("; ".join(unknown_setting_message(key, schema) for key, schema in unknown))
-    in_sweep = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    if cfg.get("ckpt_path") == "last" and not saved.exists() and in_sweep:
+    if cfg.get("ckpt_path") == "last" and not saved.exists() and in_multirun():
         log.info("%s holds no run yet (the sweep stopped before this job): starting it", output_dir)
         cfg.ckpt_path = None
     if cfg.get("ckpt_path") == "last":
