@@ -2,6 +2,7 @@
 
 import os as _os
 from pathlib import Path
+from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -16,6 +17,24 @@ from omegaconf import OmegaConf as _OmegaConf  # noqa: E402
 # files: the samples need small batches to get enough optimizer steps, the paper's settings need its batches.
 if not _OmegaConf.has_resolver("on_sample"):
     _OmegaConf.register_new_resolver("on_sample", lambda sample, on_sample, on_full: on_sample if sample else on_full)
+
+
+def _paper_setting(key: str, *, _root_: Any) -> Any:
+    # The model's `paper_settings` table: a row per dataset name, and a `default` row for datasets it does not list.
+    table = _root_.model.get("paper_settings")
+    if table is None:
+        raise KeyError(f"${{paper_setting:{key}}} needs a `paper_settings` table in the model config")
+    row = table.get(_root_.dataset.name)
+    row = table.get("default") if row is None or key not in row else row
+    if row is None or key not in row:
+        raise KeyError(f"model.paper_settings has no {key!r} for dataset {_root_.dataset.name!r} nor a default")
+    return row[key]
+
+
+# `${paper_setting:KEY}` is the model's setting KEY of the paper's setup for the run's dataset: its config's
+# `paper_settings` row for `dataset.name`, else its `default` row (a dataset the model does not list).
+if not _OmegaConf.has_resolver("paper_setting"):
+    _OmegaConf.register_new_resolver("paper_setting", _paper_setting)
 
 from musique_models.settings import register_stage_settings as _register_stage_settings  # noqa: E402
 

@@ -109,7 +109,8 @@ def test_every_stage_of_every_model_config_is_typed(model: str, compose_train_cf
     stages = {
         key: node
         for key, node in cfg.model.items_ex(resolve=False)
-        if isinstance(node, DictConfig) and key != "system"  # the registry entry (musique_models/report/systems.py)
+        # not stages: the registry entry (musique_models/report/systems.py) and the per-dataset table
+        if isinstance(node, DictConfig) and key not in ("system", "paper_settings")
     }
     assert stages
     for key, node in stages.items():
@@ -119,3 +120,25 @@ def test_every_stage_of_every_model_config_is_typed(model: str, compose_train_cf
         # what the recipe reads resolves with the schema's types (an interpolation of the dataset's facts included)
         typed = OmegaConf.to_object(node)
         assert isinstance(typed, schema) and isinstance(typed.max_epochs, int) and isinstance(typed.validate, bool)
+
+
+def test_per_dataset_settings_live_on_the_model_side(compose_train_cfg) -> None:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
+    for dataset in DATASET_CONFIGS:  # dataset configs hold facts about data only
+        assert "paper_settings" not in compose_train_cfg([f"dataset={dataset}"]).dataset
+    hotpot = compose_train_cfg(["dataset=hotpotqa_20k", "dataset.sample=false"]).model
+    assert (hotpot.top_k, hotpot.selector.micro_batch_size, hotpot.selector.patience) == (3, 16, 3)
+    assert hotpot.selector.max_epochs == hotpot.answerer.max_epochs == 10
+    # a dataset the model does not list takes the `default` row; a row (or one key of it) can be given
+    unlisted = compose_train_cfg(["dataset=hotpotqa_20k", "dataset.name=my_corpus", "dataset.sample=false"]).model
+    assert (unlisted.top_k, unlisted.selector.max_epochs) == (7, 3)
+    given = compose_train_cfg(["dataset.name=my_corpus", "+model.paper_settings.my_corpus={answerer_top_k: 4}"]).model
+    assert given.top_k == 4 and given.selector.patience == 2
+    execution = compose_train_cfg(["model=step_execution", "dataset=musique_ans", "dataset.sample=false"]).model
+    assert execution.reader.single_support and execution.reader.batches_per_epoch == 2000
+    assert execution.answerer.max_epochs == 3 and execution.reader.max_paragraph_tokens == 250
+    broken = compose_train_cfg(["model=q_only", "~model.paper_settings.default", "dataset.name=my_corpus"])
+    with pytest.raises(InterpolationResolutionError, match="no 'max_epochs' for dataset 'my_corpus' nor a default"):
+        OmegaConf.to_container(broken.model, resolve=True)

@@ -8,7 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from musique_models import PROJECT_ROOT
-from musique_models.data.readers import FORMAT_NAMES
+from musique_models.data.formats import FORMATS
 from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.evaluator import evaluate_dire_files, evaluate_files, metrics_table, write_report
 
@@ -27,11 +27,11 @@ def gold_layout(cfg: DictConfig) -> tuple[str | None, bool | None]:
     """The gold format and MuSiQue-Full pairing asked for: from `dataset=<config>`, else `format=`, else (None,
     None) for detection from the file."""
     data_format = cfg.get("format")
-    if data_format is not None and data_format not in FORMAT_NAMES:
+    if data_format is not None and data_format not in FORMATS:
         hint = ""
         if (PROJECT_ROOT / "conf" / "dataset" / f"{data_format}.yaml").exists():
             hint = f" ({data_format} is a dataset config: use dataset={data_format})"
-        raise EvaluateConfigError(f"unknown format={data_format}; expected one of: {', '.join(FORMAT_NAMES)}{hint}")
+        raise EvaluateConfigError(f"unknown format={data_format}; expected one of: {', '.join(FORMATS)}{hint}")
     dataset = cfg.get("dataset")
     if dataset is None:
         return data_format, None

@@ -192,8 +192,8 @@ def dire_scores(
     """Predict both probes of every answerable question, write them beside the predictions and score DiRe
     against the original predictions (`dire_report`: answer, support and joint DiRe, per hop)."""
     examples = [Example.from_dict(row) for row in table]
-    probe_file = output_dir / ("probe.jsonl" if source.format == "musique" else "probe.json")
-    write_probe_file(examples, source.format, probe_file, partition)
+    probe_file = output_dir / f"probe{source.data_format.file_suffix}"
+    write_probe_file(examples, source.data_format, probe_file, partition)
     probes, keys = probe_table(examples, partition)
     probe_outputs = predictor.predict(probes, output_dir / "probe")
     assert probe_outputs is not None

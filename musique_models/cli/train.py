@@ -485,10 +485,12 @@ def record_provenance(output_dir: Path, source: DatasetSource) -> dict[str, Any]
 
 def instantiate_recipe(cfg: DictConfig) -> Recipe:
     """The recipe `cfg.model` configures (`model=<name>`); its `system` entry is the registry's
-    (`musique_models.report.systems`), not the recipe's."""
+    (`musique_models.report.systems`) and its `paper_settings` table the config's own (read by `${paper_setting:}`),
+    not the recipe's."""
     model = copy.copy(cfg.model)  # a shallow copy keeps the root: interpolations still resolve
     with open_dict(model):
         model.pop("system", None)
+        model.pop("paper_settings", None)
     recipe = instantiate(model, _recursive_=False)
     if not isinstance(recipe, Recipe):
         raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name, fit and load)")

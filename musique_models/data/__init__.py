@@ -1,4 +1,4 @@
-"""Data layer: one internal schema, readers for each dataset's official files, caching and subsampling.
+"""Data layer: one internal schema, one `DataFormat` object per official file layout, caching and subsampling.
 
 `DatasetSource` and `FEATURES` load on first use, so that code needing only the readers (the evaluator) does
 not import `datasets`.
@@ -6,10 +6,21 @@ not import `datasets`.
 
 from typing import Any
 
-from musique_models.data.readers import detect_format, read_examples
+from musique_models.data.formats import FORMATS, DataFormat, detect_format, get_format, read_examples
 from musique_models.data.schema import DecompositionStep, Example, Paragraph
 
-__all__ = ["FEATURES", "DatasetSource", "DecompositionStep", "Example", "Paragraph", "detect_format", "read_examples"]
+__all__ = [
+    "FEATURES",
+    "FORMATS",
+    "DataFormat",
+    "DatasetSource",
+    "DecompositionStep",
+    "Example",
+    "Paragraph",
+    "detect_format",
+    "get_format",
+    "read_examples",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -17,12 +17,10 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from musique_models.data.readers import read_examples
+from musique_models.data.formats import FORMATS, MUSIQUE, read_examples
 from musique_models.data.schema import Example, Paragraph
 from musique_models.errors import DatasetNotFoundError, MusiqueModelsError, user_errors_exit
-from musique_models.io import write_jsonl
 
 _CANDIDATES_PER_CONTRAST = 400
 _WORD = re.compile(r"\w+")
@@ -102,50 +100,25 @@ def make_full_pairs(examples: Sequence[Example], seed: int = 13) -> Iterator[tup
             yield example, make_contrast(example, pool, random.Random(f"{seed}:{example.id}"))
 
 
-def to_musique_record(example: Example, **extra: Any) -> dict[str, Any]:
-    """The example in MuSiQue v1.0's own record layout (step ids are the 1-based step numbers)."""
-    return {
-        "id": example.id,
-        "paragraphs": [
-            {"idx": p.idx, "title": p.title, "paragraph_text": p.text, "is_supporting": p.is_supporting}
-            for p in example.paragraphs
-        ],
-        "question": example.question,
-        "question_decomposition": [
-            {
-                "id": number,
-                "question": step.question,
-                "answer": step.answer,
-                "paragraph_support_idx": step.paragraph_support_idx,
-            }
-            for number, step in enumerate(example.decomposition, start=1)
-        ],
-        "answer": example.answer,
-        "answer_aliases": list(example.answer_aliases),
-        "answerable": example.answerable,
-        **extra,
-    }
-
-
 def write_full_style_file(examples: Sequence[Example], output: str | Path, seed: int, source: str) -> int:
     """Write answerable/unanswerable pairs as a MuSiQue-Full-format jsonl marked as derived; returns rows."""
     rows = []
     for answerable, contrast in make_full_pairs(examples, seed):
-        rows.append(to_musique_record(answerable, origin=f"real: {source}"))
+        rows.append(MUSIQUE.record(answerable, origin=f"real: {source}"))
         rows.append(
-            to_musique_record(
+            MUSIQUE.record(
                 contrast,
                 origin=f"DERIVED unanswerable contrast of {source} (musique_models.data.contrast, seed={seed})",
             )
         )
-    write_jsonl(output, rows)
+    MUSIQUE.write(output, rows)
     return len(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", required=True, help="an official file of MuSiQue-Ans, HotpotQA or 2Wiki")
-    parser.add_argument("--format", required=True, choices=["musique", "hotpotqa", "2wiki"])
+    parser.add_argument("--format", required=True, choices=list(FORMATS))
     parser.add_argument("--output", required=True, help="MuSiQue-Full-format jsonl to write")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--source", help="what the input is, recorded in each row's `origin` (default: its file name)")

@@ -17,12 +17,10 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from musique_models.data.contrast import to_musique_record
+from musique_models.data.formats import DataFormat, get_format
 from musique_models.data.schema import Example
 from musique_models.errors import DataFormatError, MusiqueModelsError, user_errors_exit
-from musique_models.io import write_json, write_jsonl
 
 PARTITIONS = ("half", "first_vs_rest", "rest_vs_last")
 USAGE = "python -m musique_models.data.probe dataset=NAME [split=dev] out=PATH [partition=half] [dataset.sample=true]"
@@ -71,37 +69,6 @@ def make_probes(example: Example, partition: str = "half") -> tuple[Example, Exa
     return probes[0], probes[1]
 
 
-def _context_record(example: Example, probe: int, data_format: str) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "_id": example.id,
-        "question": example.question,
-        "answer": example.answer,
-        "type": example.question_type,
-        "context": [
-            [paragraph.title, list(paragraph.sentences) or [paragraph.text]] for paragraph in example.paragraphs
-        ],
-        "supporting_facts": [
-            [paragraph.title, sentence]
-            for paragraph in example.paragraphs
-            if paragraph.is_supporting
-            for sentence in (paragraph.supporting_sentence_ids or [0])
-        ],
-        "paragraph_idxs": [paragraph.idx for paragraph in example.paragraphs],
-        "probe": probe,
-    }
-    if data_format == "2wiki":
-        answers: list[str] = []
-        evidences = []
-        for step in example.decomposition:
-            subject, relation = step.question.split(" >> ", 1)
-            if subject.startswith("#") and subject[1:].isdigit():
-                subject = answers[int(subject[1:]) - 1]
-            evidences.append([subject, relation, step.answer])
-            answers.append(step.answer)
-        record["evidences"] = evidences
-    return record
-
-
 def probe_instances(examples: Iterable[Example], partition: str = "half") -> Iterator[tuple[Example, int, Example]]:
     """(original example, probe number 0 or 1, probe) for both probes of every answerable example, in order."""
     for example in examples:
@@ -110,18 +77,14 @@ def probe_instances(examples: Iterable[Example], partition: str = "half") -> Ite
                 yield example, number, probe
 
 
-def write_probe_file(examples: Sequence[Example], data_format: str, output: str | Path, partition: str = "half") -> int:
+def write_probe_file(
+    examples: Sequence[Example], data_format: DataFormat | str, output: str | Path, partition: str = "half"
+) -> int:
     """Write the probes of every answerable example in `data_format`'s own layout; returns the number of rows."""
-    rows = []
-    for _, number, probe in probe_instances(examples, partition):
-        if data_format == "musique":
-            rows.append(to_musique_record(probe, probe=number))
-        else:
-            rows.append(_context_record(probe, number, data_format))
-    if data_format == "musique":
-        write_jsonl(output, rows)
-    else:
-        write_json(output, rows, indent=None)
+    if isinstance(data_format, str):
+        data_format = get_format(data_format)
+    rows = [data_format.record(probe, probe=number) for _, number, probe in probe_instances(examples, partition)]
+    data_format.write(output, rows)
     return len(rows)
 
 
@@ -148,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg = compose("train", overrides=overrides)
     source = instantiate(cfg.dataset)
     examples = source.examples(options["split"])
-    count = write_probe_file(examples, source.format, options["out"], options["partition"])
+    count = write_probe_file(examples, source.data_format, options["out"], options["partition"])
     print(f"wrote {count} probe rows ({count // 2} questions) of {source.name} {options['split']} to {options['out']}")
 
 

@@ -15,7 +15,7 @@ import datasets
 from datasets.arrow_writer import ArrowWriter
 
 from musique_models.data.features import FEATURES
-from musique_models.data.readers import FORMAT_NAMES, READERS, check_musique_full_pairs
+from musique_models.data.formats import FORMATS, DataFormat, check_musique_full_pairs
 from musique_models.data.schema import Example
 from musique_models.data.subsample import subsample_indices
 from musique_models.errors import DatasetNotFoundError, MusiqueModelsError
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 # The code whose output the Arrow cache holds: an edit to any of it makes a new cache entry, never a stale reuse.
 READER_MODULES = (
-    "musique_models.data.readers",
+    "musique_models.data.formats",
     "musique_models.data.schema",
     "musique_models.data.features",
     "musique_models.data.jsonio",
@@ -51,7 +51,7 @@ class DatasetSource:
     Args:
         name: config name, stored in every example's `dataset` field.
         display_name: human name used in messages.
-        format: reader to use: 'musique', 'hotpotqa' or '2wiki'.
+        format: the `DataFormat` name of its files: 'musique', 'hotpotqa' or '2wiki' (`FORMATS`).
         files: split -> official file path (relative paths are taken under `data_dir`).
         data_dir: folder holding the official files.
         sample: read the small real sample shipped in the repo instead of the official files.
@@ -68,10 +68,9 @@ class DatasetSource:
         yes_no_answers: the dataset has yes/no answers (readers add the `( yes | no )` prefix, or a head).
         unlabelled_splits: splits whose files carry no labels (official test sets: ids, questions, paragraphs);
             only these are read without answers, supports and answerability, and they are predicted, not scored.
-        paper_settings: model settings of the paper's setup for this dataset (epochs, top-K), read by configs.
 
-    `include_title`, `yes_no_answers` and `paper_settings` are accepted because the dataset configs carry them,
-    but they are not stored: models and configs read them from the config (`cfg.dataset...`), never from here.
+    `include_title` and `yes_no_answers` are accepted because the dataset configs carry them, but they are not
+    stored: models read them from the config (`cfg.dataset...`), never from here.
     """
 
     def __init__(
@@ -93,12 +92,11 @@ class DatasetSource:
         derived_sample: bool = False,
         include_title: bool = False,
         yes_no_answers: bool = False,
-        paper_settings: dict | None = None,
         unlabelled_splits: list[str] | tuple[str, ...] = (),
     ) -> None:
-        if format not in FORMAT_NAMES:
+        if format not in FORMATS:
             raise DatasetConfigError(
-                f"dataset {name!r}: unknown format {format!r}; set dataset.format to one of: " + ", ".join(FORMAT_NAMES)
+                f"dataset {name!r}: unknown format {format!r}; set dataset.format to one of: " + ", ".join(FORMATS)
             )
         for option, value in {"sample": sample, "paired": paired, "derived_sample": derived_sample}.items():
             if not isinstance(value, bool):
@@ -202,6 +200,11 @@ class DatasetSource:
             Path(tmp_name).unlink(missing_ok=True)
         return path
 
+    @property
+    def data_format(self) -> DataFormat:
+        """The `DataFormat` this dataset's files are in."""
+        return FORMATS[self.format]
+
     def _cache_path(self, path: Path, digest: str, labelled: bool = True) -> Path:
         reader = code_fingerprint(*READER_MODULES)
         key = hashlib.sha256(f"{digest}|{self.format}|{self.name}|{self.paired}|{labelled}|reader-{reader}".encode())
@@ -213,7 +216,7 @@ class DatasetSource:
         digest = file_sha256(path)
         cache_path = self._cache_path(path, digest, labelled)
         if not cache_path.exists():
-            examples = READERS[self.format](path, self.name, labelled=labelled)
+            examples = self.data_format.read(path, self.name, labelled=labelled)
             if self.paired:
                 examples = check_musique_full_pairs(examples, path, labelled)
             write_arrow(examples, cache_path)

@@ -15,26 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from musique_models.data.formats import FORMATS, DataFormat, detect_format
 from musique_models.data.jsonio import iter_json_records
-from musique_models.data.readers import detect_format
 from musique_models.errors import DataFormatError, MusiqueModelsError, user_errors_exit
-from musique_models.io import write_json, write_jsonl
 
 USAGE = "python -m musique_models.data.unlabelled IN OUT [count=N]"
-
-
-def strip_labels(record: dict[str, Any], data_format: str) -> dict[str, Any]:
-    """The record as an official test file holds it (see the module docstring)."""
-    if data_format == "musique":
-        return {
-            "id": record["id"],
-            "paragraphs": [
-                {"idx": paragraph["idx"], "title": paragraph["title"], "paragraph_text": paragraph["paragraph_text"]}
-                for paragraph in record["paragraphs"]
-            ],
-            "question": record["question"],
-        }
-    return {"_id": record["_id"], "question": record["question"], "context": record["context"]}
 
 
 def write_unlabelled(source: str | Path, output: str | Path, count: int | None = None) -> int:
@@ -42,20 +27,20 @@ def write_unlabelled(source: str | Path, output: str | Path, count: int | None =
     layout (jsonl for MuSiQue, a JSON list otherwise); returns the number of records written."""
     records: list[dict[str, Any]] = []
     kept: set[str] = set()
-    data_format = None
+    data_format: DataFormat | None = None
     for line, record in iter_json_records(Path(source)):
         data_format = data_format or detect_format(record)
         if data_format is None:
-            raise DataFormatError("not a MuSiQue, HotpotQA or 2Wiki record", path=source, line=line)
+            titles = ", ".join(fmt.title for fmt in FORMATS.values())
+            raise DataFormatError(f"not a record of any known format ({titles})", path=source, line=line)
         question_id = record.get("id", record.get("_id"))
         if count is not None and question_id not in kept and len(kept) == count:
             continue
         kept.add(question_id)
-        records.append(strip_labels(record, data_format))
-    if data_format == "musique":
-        write_jsonl(output, records)
-    else:
-        write_json(output, records, indent=None)
+        records.append(data_format.unlabelled(record))
+    if data_format is None:
+        raise DataFormatError("no record to copy", path=source)
+    data_format.write(output, records)
     return len(records)
 
 

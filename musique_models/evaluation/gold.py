@@ -14,8 +14,8 @@ from pathlib import Path
 
 import msgspec
 
+from musique_models.data.formats import FORMATS, DataFormat, check_musique_full_pairs, detect_format, get_format
 from musique_models.data.jsonio import iter_json_records
-from musique_models.data.readers import check_format, check_musique_full_pairs, detect_format, read_examples
 from musique_models.data.schema import Example
 from musique_models.errors import DataFormatError
 
@@ -135,7 +135,12 @@ def _stream_musique_jsonl(path: Path) -> Iterator[GoldInstance]:
             row += 1
 
 
-def sniff_format(path: str | Path) -> str:
+# Formats whose jsonl gold files have a streaming reader of the scored fields only; every other gold file is read
+# by its format's own reader.
+LEAN_JSONL_READERS: dict[str, Callable[[Path], Iterator[GoldInstance]]] = {"musique": _stream_musique_jsonl}
+
+
+def sniff_format(path: str | Path) -> DataFormat:
     """The dataset format of a gold file, from its first record."""
     path = Path(path)
     with open(path, encoding="utf-8") as handle:
@@ -151,7 +156,8 @@ def sniff_format(path: str | Path) -> str:
         except json.JSONDecodeError:
             raise DataFormatError("malformed JSON in the first record", path=path, line=1) from None
     if found is None:
-        raise DataFormatError("not a MuSiQue, HotpotQA or 2WikiMultihopQA file (format not recognised)", path=path)
+        titles = ", ".join(fmt.title for fmt in FORMATS.values())
+        raise DataFormatError(f"not a file of any known format ({titles}): format not recognised", path=path)
     return found
 
 
@@ -165,15 +171,16 @@ def read_gold(path: str | Path, data_format: str | None = None, paired: bool | N
     path = Path(path)
     if not path.exists():
         raise DataFormatError("gold file not found", path=path)
-    data_format = check_format(data_format, "gold format") if data_format else sniff_format(path)
+    gold_format = get_format(data_format, "gold format") if data_format else sniff_format(path)
     with open(path, "rb") as handle:
         is_json_list = handle.read(4096).lstrip().startswith(b"[")
-    if data_format == "musique" and not is_json_list:
-        golds = list(_stream_musique_jsonl(path))
+    lean_reader = LEAN_JSONL_READERS.get(gold_format.name)
+    if lean_reader is not None and not is_json_list:
+        golds = list(lean_reader(path))
     else:
         golds = [
             gold_from_example(example, row)
-            for row, example in enumerate(read_examples(path, data_format, dataset=data_format))
+            for row, example in enumerate(gold_format.read(path, dataset=gold_format.name))
         ]
     unanswerable = sum(not gold.answerable for gold in golds)
     if paired is True and not unanswerable:

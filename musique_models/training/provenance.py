@@ -35,6 +35,8 @@ RESULT_NEUTRAL_KEYS = (
     "model.num_workers",
     "model.eval_batch_size",
     "model.system",  # the registry entry: how the report names the model
+    "model.paper_settings",  # per-dataset tables: what they decide is in the settings that read them
+    "dataset.paper_settings",  # the same tables where older runs' configs held them
 )
 # ... except these, which decide which weights a stage keeps and when it stops.
 RESULT_DECIDING_KEYS = ("callbacks.model_checkpoint", "callbacks.early_stopping")

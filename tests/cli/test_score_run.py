@@ -16,8 +16,8 @@ from omegaconf import DictConfig
 from musique_models import PROJECT_ROOT
 from musique_models.cli.score_run import RunScoringError, score_run
 from musique_models.cli.train import train
+from musique_models.data.formats import read_examples
 from musique_models.data.probe import support_groups
-from musique_models.data.readers import read_examples
 from musique_models.data.unlabelled import write_unlabelled
 from musique_models.evaluation.evaluator import evaluate_dire_files
 from musique_models.report.systems import registry

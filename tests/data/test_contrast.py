@@ -5,7 +5,7 @@ from pathlib import Path
 
 from musique_models.data.contrast import main as contrast_main
 from musique_models.data.contrast import make_contrast, make_full_pairs
-from musique_models.data.readers import read_examples
+from musique_models.data.formats import read_examples
 from tests.conftest import SAMPLES
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from musique_models.data.readers import read_examples
+from musique_models.data.formats import read_examples
 from musique_models.data.schema import Example
 from musique_models.data.source import DatasetSource
 from tests.conftest import SAMPLES

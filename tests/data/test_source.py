@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from musique_models.data import source as source_module
+from musique_models.data.formats import FORMATS
 from musique_models.data.source import DatasetSource
 from musique_models.errors import DatasetNotFoundError, MusiqueModelsError, user_error_message
 from tests.conftest import SAMPLES
@@ -51,7 +51,7 @@ def test_second_load_uses_the_arrow_cache_and_content_changes_invalidate_it(tmp_
     def _fail(*args, **kwargs):
         raise AssertionError("parsed again although the cache is valid")
 
-    monkeypatch.setitem(source_module.READERS, "hotpotqa", _fail)
+    monkeypatch.setattr(FORMATS["hotpotqa"], "read", _fail)
     again = source.load("dev")
     assert again["id"] == first["id"] and again["paragraphs"] == first["paragraphs"]
     monkeypatch.undo()
@@ -93,8 +93,8 @@ def test_missing_file_message_is_one_line(tmp_path: Path) -> None:
 
 
 def test_settings_only_the_configs_read_are_accepted_but_not_stored(tmp_path: Path) -> None:
-    source = _source(tmp_path, include_title=True, yes_no_answers=True, paper_settings={"max_epochs": 3})
-    for unread in ("include_title", "yes_no_answers", "paper_settings"):
+    source = _source(tmp_path, include_title=True, yes_no_answers=True)
+    for unread in ("include_title", "yes_no_answers"):
         assert not hasattr(source, unread)
 
 

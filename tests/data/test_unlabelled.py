@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from musique_models.data.readers import read_examples
+from musique_models.data.formats import read_examples
 from musique_models.data.unlabelled import write_unlabelled
 from musique_models.errors import DataFormatError
 from tests.conftest import SAMPLES

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from musique_models import PROJECT_ROOT
+from musique_models.data.formats import UnknownFormatError, read_examples
 from musique_models.data.probe import make_probes, support_groups, write_probe_file
-from musique_models.data.readers import UnknownFormatError, read_examples
 from musique_models.errors import DataFormatError
 from musique_models.evaluation.evaluator import evaluate_dire_files, evaluate_files
 from musique_models.evaluation.gold import read_gold

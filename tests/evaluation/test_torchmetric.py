@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
+from musique_models.data.formats import read_examples
 from musique_models.data.probe import make_probes
-from musique_models.data.readers import read_examples
 from musique_models.evaluation.evaluator import dire_results, evaluate_predictions
 from musique_models.evaluation.gold import gold_from_example, read_gold
 from musique_models.evaluation.metrics import aggregate_dire

@@ -48,7 +48,10 @@ def test_every_model_and_dataset_config_composes_and_instantiates(model: str, da
     recipe = instantiate_recipe(cfg)
     assert recipe.name == model
     if model == "select_answer":
-        assert isinstance(recipe, SelectAnswer) and recipe.top_k == cfg.dataset.paper_settings.answerer_top_k
+        assert (
+            isinstance(recipe, SelectAnswer)
+            and recipe.top_k == cfg.model.paper_settings[cfg.dataset.name].answerer_top_k
+        )
         paper_epochs = {"musique_ans": 3, "musique_full": 3}.get(dataset, 10)
         assert recipe.selector_cfg.max_epochs == (5 if cfg.dataset.sample else paper_epochs)
         assert recipe.answerer_cfg.max_epochs == (2 if cfg.dataset.sample else paper_epochs)

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from musique_models import PROJECT_ROOT
 from musique_models.cli.score_run import score_run
 from musique_models.cli.train import train
-from musique_models.data.readers import read_examples
+from musique_models.data.formats import read_examples
 from musique_models.report.browse import DATA_ELEMENT_ID, main, render_page, write_page
 from tests.conftest import SAMPLES
 

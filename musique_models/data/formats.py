@@ -1,4 +1,6 @@
-"""Readers for each dataset's official files, producing the internal `Example` schema.
+"""Dataset formats as objects: one `DataFormat` per official layout (MuSiQue, HotpotQA, 2WikiMultihopQA) that
+reads and validates a file into the internal `Example` schema, and writes every file the project writes in that
+layout (gold copies, unlabelled test files, DiRe probes, MuSiQue-Full-style contrasts).
 
 Every reader validates the fields it uses and raises `DataFormatError` naming the file, line, id and field.
 
@@ -6,40 +8,26 @@ Every reader validates the fields it uses and raises `DataFormatError` naming th
 supports, answerability or decompositions): the label fields may be absent (answer "", no supporting paragraph,
 answerable, no decomposition). Only a split a dataset config declares unlabelled is read so; a labelled split that
 lacks a label is an error.
+
+A new format is a `DataFormat` subclass with its `name` added to `FORMATS`; nothing outside this module asks
+which format a file is in.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from musique_models.data.jsonio import iter_json_records
 from musique_models.data.schema import DecompositionStep, Example, Paragraph
 from musique_models.errors import DataFormatError, MusiqueModelsError
-
-FORMAT_NAMES = {"musique": "MuSiQue", "hotpotqa": "HotpotQA", "2wiki": "2WikiMultihopQA"}
+from musique_models.io import write_json, write_jsonl
 
 
 class UnknownFormatError(MusiqueModelsError, ValueError):
-    """A data format name that no reader handles."""
-
-
-def check_format(data_format: str, what: str = "data format") -> str:
-    """`data_format` if a reader handles it, else `UnknownFormatError` listing the formats there are."""
-    if data_format not in FORMAT_NAMES:
-        raise UnknownFormatError(f"unknown {what} {data_format!r}; expected one of: {', '.join(FORMAT_NAMES)}")
-    return data_format
-
-
-def detect_format(record: dict[str, Any]) -> str | None:
-    """Guess which official layout one record follows: 'musique', 'hotpotqa', '2wiki' or None."""
-    if "paragraphs" in record and "question_decomposition" in record:
-        return "musique"
-    if "context" in record and "supporting_facts" in record:
-        return "2wiki" if "evidences" in record else "hotpotqa"
-    return None
+    """A data format name that no `DataFormat` handles."""
 
 
 class _Record:
@@ -86,22 +74,16 @@ class _Record:
         return values
 
 
-def _records(path: Path, expected_format: str, id_field: str) -> Iterator[_Record]:
+def _records(path: Path, expected: DataFormat) -> Iterator[_Record]:
     for line, raw in iter_json_records(path):
-        record = _Record(raw, path, line, id_field)
+        record = _Record(raw, path, line, expected.id_field)
         found = detect_format(raw)
-        if found is not None and found != expected_format:
+        if found is not None and found is not expected:
             raise record.error(
-                f"not a {FORMAT_NAMES[expected_format]} record: it looks like a {FORMAT_NAMES[found]} file "
-                f"(keys: {', '.join(sorted(raw))}); choose the dataset config for {FORMAT_NAMES[found]}"
+                f"not a {expected.title} record: it looks like a {found.title} file "
+                f"(keys: {', '.join(sorted(raw))}); choose the dataset config for {found.title}"
             )
         yield record
-
-
-def read_musique(path: str | Path, dataset: str = "musique_ans", labelled: bool = True) -> Iterator[Example]:
-    """Read MuSiQue-Ans or MuSiQue-Full v1.0 (`*.jsonl`, or the same records as a JSON list)."""
-    for record in _records(Path(path), "musique", "id"):
-        yield _musique_example(record, dataset, labelled)
 
 
 def _musique_example(record: _Record, dataset: str, labelled: bool = True) -> Example:
@@ -209,24 +191,6 @@ def check_musique_full_pairs(
             f"{len(broken)} of {len(by_id)} ids break that: {shown}",
             path=path,
         )
-
-
-def read_hotpotqa(path: str | Path, dataset: str = "hotpotqa", labelled: bool = True) -> Iterator[Example]:
-    """Read HotpotQA distractor files (`hotpot_train_v1.1.json`, `hotpot_dev_distractor_v1.json`)."""
-    for record in _records(Path(path), "hotpotqa", "_id"):
-        yield _context_example(record, dataset, _context_paragraphs(record, labelled), [], labelled)
-
-
-def read_2wiki(path: str | Path, dataset: str = "2wiki", labelled: bool = True) -> Iterator[Example]:
-    """Read 2WikiMultihopQA (`train.json`, `dev.json`); the decomposition is derived from `evidences`."""
-    for record in _records(Path(path), "2wiki", "_id"):
-        paragraphs = _context_paragraphs(record, labelled)
-        evidences = record.get("evidences", list, optional=not labelled, default=[])
-        for position, triple in enumerate(evidences):
-            if not (isinstance(triple, list) and len(triple) == 3 and all(isinstance(x, str) for x in triple)):
-                raise record.error("expected [subject, relation, object] strings", f"evidences[{position}]")
-        decomposition = decomposition_from_evidences(evidences, paragraphs)
-        yield _context_example(record, dataset, paragraphs, decomposition, labelled)
 
 
 def _context_example(
@@ -353,16 +317,186 @@ def _best_title_match(subject: str, candidates: list[Paragraph]) -> int | None:
     return best_idx
 
 
-READERS: dict[str, Callable[..., Iterator[Example]]] = {
-    "musique": read_musique,
-    "hotpotqa": read_hotpotqa,
-    "2wiki": read_2wiki,
-}
+class DataFormat:
+    """One official file layout: how to recognise, read and validate its records, and how to write examples,
+    unlabelled copies and derived files (probes, contrasts) in it."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    id_field: ClassVar[str]
+    file_suffix: ClassVar[str]
+    """The suffix of the files the project writes in this layout ('.jsonl': one record a line; '.json': a list)."""
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        """Whether one raw record follows this layout."""
+        raise NotImplementedError
+
+    def read(self, path: str | Path, dataset: str, labelled: bool = True) -> Iterator[Example]:
+        """The file's examples, validated, in file order."""
+        for record in _records(Path(path), self):
+            yield self._example(record, dataset, labelled)
+
+    def _example(self, record: _Record, dataset: str, labelled: bool) -> Example:
+        raise NotImplementedError
+
+    def record(self, example: Example, **extra: Any) -> dict[str, Any]:
+        """The example as one record of this layout, labels included, with `extra` fields added."""
+        raise NotImplementedError
+
+    def unlabelled(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A raw record as the official test files hold it: no answer, support, answerability or decomposition."""
+        raise NotImplementedError
+
+    def write(self, path: str | Path, records: Sequence[dict[str, Any]]) -> None:
+        """Write records in this layout's file form (atomically)."""
+        if self.file_suffix == ".jsonl":
+            write_jsonl(path, records)
+        else:
+            write_json(path, list(records), indent=None)
+
+    def __repr__(self) -> str:
+        return f"<data format {self.name}>"
+
+
+class MusiqueFormat(DataFormat):
+    """MuSiQue-Ans and MuSiQue-Full v1.0 (`*.jsonl`, or the same records as a JSON list)."""
+
+    name = "musique"
+    title = "MuSiQue"
+    id_field = "id"
+    file_suffix = ".jsonl"
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        return "paragraphs" in record and "question_decomposition" in record
+
+    def _example(self, record: _Record, dataset: str, labelled: bool) -> Example:
+        return _musique_example(record, dataset, labelled)
+
+    def record(self, example: Example, **extra: Any) -> dict[str, Any]:
+        # step ids are the 1-based step numbers
+        return {
+            "id": example.id,
+            "paragraphs": [
+                {"idx": p.idx, "title": p.title, "paragraph_text": p.text, "is_supporting": p.is_supporting}
+                for p in example.paragraphs
+            ],
+            "question": example.question,
+            "question_decomposition": [
+                {
+                    "id": number,
+                    "question": step.question,
+                    "answer": step.answer,
+                    "paragraph_support_idx": step.paragraph_support_idx,
+                }
+                for number, step in enumerate(example.decomposition, start=1)
+            ],
+            "answer": example.answer,
+            "answer_aliases": list(example.answer_aliases),
+            "answerable": example.answerable,
+            **extra,
+        }
+
+    def unlabelled(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": record["id"],
+            "paragraphs": [
+                {"idx": paragraph["idx"], "title": paragraph["title"], "paragraph_text": paragraph["paragraph_text"]}
+                for paragraph in record["paragraphs"]
+            ],
+            "question": record["question"],
+        }
+
+
+class HotpotQAFormat(DataFormat):
+    """HotpotQA distractor files (`hotpot_train_v1.1.json`, `hotpot_dev_distractor_v1.json`): a JSON list of
+    records with `context` and `supporting_facts`."""
+
+    name = "hotpotqa"
+    title = "HotpotQA"
+    id_field = "_id"
+    file_suffix = ".json"
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        return "context" in record and "supporting_facts" in record and "evidences" not in record
+
+    def _example(self, record: _Record, dataset: str, labelled: bool) -> Example:
+        return _context_example(record, dataset, _context_paragraphs(record, labelled), [], labelled)
+
+    def record(self, example: Example, **extra: Any) -> dict[str, Any]:
+        # `paragraph_idxs` keeps the original idx of a context that lost paragraphs (the readers honour it)
+        return {
+            "_id": example.id,
+            "question": example.question,
+            "answer": example.answer,
+            "type": example.question_type,
+            "context": [
+                [paragraph.title, list(paragraph.sentences) or [paragraph.text]] for paragraph in example.paragraphs
+            ],
+            "supporting_facts": [
+                [paragraph.title, sentence]
+                for paragraph in example.paragraphs
+                if paragraph.is_supporting
+                for sentence in (paragraph.supporting_sentence_ids or [0])
+            ],
+            "paragraph_idxs": [paragraph.idx for paragraph in example.paragraphs],
+            **extra,
+        }
+
+    def unlabelled(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {"_id": record["_id"], "question": record["question"], "context": record["context"]}
+
+
+class TwoWikiFormat(HotpotQAFormat):
+    """2WikiMultihopQA (`train.json`, `dev.json`): HotpotQA's layout plus `evidences` triples, from which the
+    decomposition is derived."""
+
+    name = "2wiki"
+    title = "2WikiMultihopQA"
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        return "context" in record and "supporting_facts" in record and "evidences" in record
+
+    def _example(self, record: _Record, dataset: str, labelled: bool) -> Example:
+        paragraphs = _context_paragraphs(record, labelled)
+        evidences = record.get("evidences", list, optional=not labelled, default=[])
+        for position, triple in enumerate(evidences):
+            if not (isinstance(triple, list) and len(triple) == 3 and all(isinstance(x, str) for x in triple)):
+                raise record.error("expected [subject, relation, object] strings", f"evidences[{position}]")
+        decomposition = decomposition_from_evidences(evidences, paragraphs)
+        return _context_example(record, dataset, paragraphs, decomposition, labelled)
+
+    def record(self, example: Example, **extra: Any) -> dict[str, Any]:
+        # the decomposition's `subject >> relation` steps back to triples, `#k` references resolved
+        answers: list[str] = []
+        evidences = []
+        for step in example.decomposition:
+            subject, relation = step.question.split(" >> ", 1)
+            if subject.startswith("#") and subject[1:].isdigit():
+                subject = answers[int(subject[1:]) - 1]
+            evidences.append([subject, relation, step.answer])
+            answers.append(step.answer)
+        return {**super().record(example), "evidences": evidences, **extra}
+
+
+FORMATS: dict[str, DataFormat] = {fmt.name: fmt for fmt in (MusiqueFormat(), HotpotQAFormat(), TwoWikiFormat())}
+MUSIQUE = FORMATS["musique"]
+
+
+def get_format(name: str, what: str = "data format") -> DataFormat:
+    """The `DataFormat` called `name`, else `UnknownFormatError` listing the formats there are."""
+    if name not in FORMATS:
+        raise UnknownFormatError(f"unknown {what} {name!r}; expected one of: {', '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def detect_format(record: dict[str, Any]) -> DataFormat | None:
+    """The format whose layout one raw record follows, or None."""
+    return next((fmt for fmt in FORMATS.values() if fmt.matches(record)), None)
 
 
 def read_examples(
     path: str | Path, data_format: str, dataset: str, require_pairs: bool = False, labelled: bool = True
 ) -> list[Example]:
-    """Read a whole file with the reader for `data_format`; MuSiQue-Full's pairing is checked when asked."""
-    examples = READERS[check_format(data_format)](path, dataset, labelled=labelled)
+    """Read a whole file in `data_format`; MuSiQue-Full's pairing is checked when asked."""
+    examples = get_format(data_format).read(path, dataset, labelled=labelled)
     return list(check_musique_full_pairs(examples, path, labelled) if require_pairs else examples)
