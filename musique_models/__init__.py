@@ -36,6 +36,17 @@ def _paper_setting(key: str, *, _root_: Any) -> Any:
 if not _OmegaConf.has_resolver("paper_setting"):
     _OmegaConf.register_new_resolver("paper_setting", _paper_setting)
 
+
+def _paper_grid() -> str:
+    from musique_models.report.systems import paper_grid
+
+    return ",".join(paper_grid())
+
+
+# `${paper_grid:}`: the paper's grid as a sweep list, from the model configs' `system.paper_experiments`.
+if not _OmegaConf.has_resolver("paper_grid"):
+    _OmegaConf.register_new_resolver("paper_grid", _paper_grid)
+
 from musique_models.settings import register_stage_settings as _register_stage_settings  # noqa: E402
 
 _register_stage_settings()  # before any config composes: the model configs name the stage schemas

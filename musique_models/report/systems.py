@@ -1,7 +1,10 @@
 """The registry of systems. Each model config (`conf/model/<model>.yaml`) says under `system:` its name in the report
 (the paper's row: `SA`, `EE`, ...; `EX({executor})` for Step Execution, which takes its executor's name; null for a
-model that predicts no answers), its place among the report's rows (`order`) and the tiny backbones its contract
-test trains it with (`tiny`: overrides). The report and the tests read them here: a model joins both by its config.
+model that predicts no answers), its place among the report's rows (`order`), its `family` (`multihop`: a system
+of the paper's tables; `artifact`: a baseline that measures what a dataset gives away; `stage`: a part of another
+system), its jobs in the paper's grid (`paper_experiments`: names of `conf/experiment/` files) and the tiny
+backbones its contract test trains it with (`tiny`: overrides). The report, the paper grid
+(`experiment=paper_grid`) and the tests read them here: a model joins all three by its config.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from musique_models import PROJECT_ROOT
 
 MODEL_CONFIGS = PROJECT_ROOT / "conf" / "model"
 EXECUTOR_FIELD = "{executor}"
+FAMILIES = ("multihop", "artifact", "stage")
+
+
+class RegistryError(ValueError):
+    """A model config's `system:` entry that cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -26,15 +34,24 @@ class System:
     model: str
     name: str | None
     order: int
+    family: str = "multihop"
+    paper_experiments: tuple[str, ...] = ()
     tiny: tuple[str, ...] = ()
     executors: tuple[str, ...] = ()
 
     @classmethod
     def from_entry(cls, model: str, entry: dict[str, Any]) -> System:
+        family = entry.get("family", "multihop")
+        if family not in FAMILIES:
+            raise RegistryError(
+                f"conf/model/{model}.yaml: system.family={family!r}; expected one of: {', '.join(FAMILIES)}"
+            )
         return cls(
             model=model,
             name=entry.get("name"),
             order=int(entry.get("order", 99)),
+            family=family,
+            paper_experiments=tuple(entry.get("paper_experiments") or ()),
             tiny=tuple(entry.get("tiny") or ()),
             executors=tuple(entry.get("executors") or ()),
         )
@@ -54,6 +71,13 @@ def registry(folder: Path = MODEL_CONFIGS) -> dict[str, System]:
 def unregistered_models(folder: Path = MODEL_CONFIGS) -> list[str]:
     """Model configs without a `system:` entry (the report could not name their runs)."""
     return [path.stem for path in sorted(folder.glob("*.yaml")) if path.stem not in registry(folder)]
+
+
+def paper_grid(folder: Path = MODEL_CONFIGS) -> list[str]:
+    """The jobs of the paper's grid (`experiment=paper_grid`): every system's `paper_experiments`, in the report's
+    order."""
+    systems = sorted(registry(folder).values(), key=lambda system: (system.order, system.model))
+    return [experiment for system in systems for experiment in system.paper_experiments]
 
 
 def display_names() -> list[str]:

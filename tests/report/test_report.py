@@ -361,3 +361,31 @@ def test_every_model_config_is_in_the_registry_and_the_rows_keep_the_papers_orde
     # a run of a model whose config is not here keeps the name its own config gave it
     saved = {"model": {"name": "sa_t5", "system": {"name": "SA (T5)", "order": 2}}}
     assert system_name(saved) == "SA (T5)"
+
+
+def test_a_model_joins_the_paper_grid_by_its_own_config(tmp_path: Path) -> None:
+    from musique_models import PROJECT_ROOT
+    from musique_models.report.systems import RegistryError, paper_grid, registry
+
+    families = {model: system.family for model, system in registry().items()}
+    assert families == {
+        **dict.fromkeys(["end2end", "select_answer", "step_execution"], "multihop"),
+        **dict.fromkeys(["q_only", "c_only", "one_para"], "artifact"),
+        "decomposer": "stage",
+    }
+    folder = tmp_path / "model"
+    shutil.copytree(PROJECT_ROOT / "conf" / "model", folder)
+    before = paper_grid(folder)
+    assert before[:2] == ["ee_musique_ans", "ee_musique_full"] and before[-1] == "one_para_2wiki_20k"
+    (folder / "gen_reader.yaml").write_text(
+        "system: {name: GR, order: 4, family: multihop, paper_experiments: [gr_musique_ans, gr_2wiki_20k]}\n"
+    )
+    registry.cache_clear()  # the registry is read once a process
+    after = paper_grid(folder)
+    place = after.index("gr_musique_ans")  # after Step Execution's jobs (order 3), before Q-only's (order 5)
+    assert after[place - 1] == "ex_sa_2wiki_20k" and after[place + 2] == "q_only_musique_ans"
+    assert [job for job in after if job not in before] == ["gr_musique_ans", "gr_2wiki_20k"]
+    (folder / "gen_reader.yaml").write_text("system: {name: GR, order: 4, family: reader}\n")
+    registry.cache_clear()
+    with pytest.raises(RegistryError, match="gen_reader.yaml: system.family='reader'; expected one of: multihop"):
+        registry(folder)
