@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 ARGS ?=
 
-.PHONY: install train test lint bench overfit clean clean-runs
+.PHONY: install train test lint docs bench overfit clean clean-runs
 
 install: $(STAMP)
 
@@ -24,13 +24,17 @@ $(STAMP): pyproject.toml requirements.lock
 train: $(STAMP)
 	$(OFFLINE) $(PY) train.py $(ARGS)
 
-# Lint first (ruff, version locked), then the whole suite.
-test: lint
+# Lint first (ruff, version locked), then the docs site (strict: a broken link or a warning fails), then the suite.
+test: lint docs
 	$(OFFLINE) $(PY) -m pytest $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The documentation site (mkdocs.yml, docs/) into build/site, offline; any warning fails the build.
+docs: $(STAMP)
+	$(OFFLINE) NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 bench: $(STAMP)
 	$(OFFLINE) $(PY) benchmarks/bench_data.py

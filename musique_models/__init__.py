@@ -38,7 +38,7 @@ if not _OmegaConf.has_resolver("paper_setting"):
 
 
 def _paper_grid() -> str:
-    from musique_models.report.systems import paper_grid
+    from musique_models.systems import paper_grid
 
     return ",".join(paper_grid())
 

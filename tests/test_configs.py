@@ -109,7 +109,7 @@ def test_every_stage_of_every_model_config_is_typed(model: str, compose_train_cf
     stages = {
         key: node
         for key, node in cfg.model.items_ex(resolve=False)
-        # not stages: the registry entry (musique_models/report/systems.py) and the per-dataset table
+        # not stages: the registry entry (musique_models/systems.py) and the per-dataset table
         if isinstance(node, DictConfig) and key not in ("system", "paper_settings")
     }
     assert stages

@@ -1,8 +1,8 @@
 """The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- report <- cli (entry points).
 
 A module may import its own layer and the layers below it, never a layer above. `errors`, `io`, `run_files` (the
-run folder's file names), `settings` (the stages' typed settings) and the package's `__init__` are the foundation
-every layer may use. Imports inside functions count too.
+run folder's file names), `settings` (the stages' typed settings), `systems` (the registry of the model configs'
+`system:` entries) and the package's `__init__` are the foundation every layer may use. Imports inside functions count too.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ FOUNDATION = {
     "musique_models.io",
     "musique_models.run_files",
     "musique_models.settings",
+    "musique_models.systems",
 }
 PACKAGE = PROJECT_ROOT / "musique_models"
 

@@ -485,7 +485,7 @@ def record_provenance(output_dir: Path, source: DatasetSource) -> dict[str, Any]
 
 def instantiate_recipe(cfg: DictConfig) -> Recipe:
     """The recipe `cfg.model` configures (`model=<name>`); its `system` entry is the registry's
-    (`musique_models.report.systems`) and its `paper_settings` table the config's own (read by `${paper_setting:}`),
+    (`musique_models.systems`) and its `paper_settings` table the config's own (read by `${paper_setting:}`),
     not the recipe's."""
     model = copy.copy(cfg.model)  # a shallow copy keeps the root: interpolations still resolve
     with open_dict(model):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from musique_models.report.runs import RunRecord
-from musique_models.report.systems import system_rank
+from musique_models.systems import system_rank
 from musique_models.training.provenance import SEED_KEYS, flatten_config, is_result_neutral, is_under
 
 PAPER_TRAIN_SIZE = 20_000

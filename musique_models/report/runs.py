@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.report.systems import system_name
+from musique_models.systems import system_name
 from musique_models.run_files import CONFIG_FILE, EVALUATIONS_FOLDER, METRICS_FILE, PROVENANCE_FILE, STATUS_FILE
 
 DIRE_METRICS_GLOB = f"{EVALUATIONS_FOLDER}/*-dire-*/{METRICS_FILE}"
@@ -59,7 +59,7 @@ def record_from_config(
     made_at: float = 0.0,
 ) -> RunRecord | None:
     """A `RunRecord` from a resolved run config and its flat metrics; None when the registry names no row for its
-    model (`report.systems`)."""
+    model (`musique_models.systems`)."""
     system = system_name(config)
     dataset = (config.get("dataset") or {}).get("name")
     if system is None or dataset is None:

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from musique_models.report.groups import RunGroup, backbones
-from musique_models.report.systems import system_rank
+from musique_models.systems import system_rank
 
 PAPER_RESULTS = Path(__file__).with_name("paper_results.yaml")
 DATASET_LABELS = {

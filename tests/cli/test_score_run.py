@@ -20,7 +20,7 @@ from musique_models.data.formats import read_examples
 from musique_models.data.probe import support_groups
 from musique_models.data.unlabelled import write_unlabelled
 from musique_models.evaluation.evaluator import evaluate_dire_files
-from musique_models.report.systems import registry
+from musique_models.systems import registry
 from musique_models.training.stage import StageNotFinishedError
 from tests.conftest import SAMPLES, run_python
 
