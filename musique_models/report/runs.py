@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.systems import system_name
 from musique_models.run_files import CONFIG_FILE, EVALUATIONS_FOLDER, METRICS_FILE, PROVENANCE_FILE, STATUS_FILE
+from musique_models.systems import system_name
 
 DIRE_METRICS_GLOB = f"{EVALUATIONS_FOLDER}/*-dire-*/{METRICS_FILE}"
 # model name in the run's config -> the paper's row; Step Execution depends on its executor
