@@ -14,10 +14,8 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytorch_lightning as pl
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
@@ -33,7 +31,6 @@ from musique_models.evaluation.evaluator import evaluate_predictions, metrics_ta
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import atomic_open, write_json
-from musique_models.recipes.base import Recipe, RunContext
 from musique_models.run_files import (
     CHECKPOINTS_FOLDER,
     CONFIG_FILE,
@@ -46,8 +43,6 @@ from musique_models.run_files import (
     STATUS_FILE,
 )
 from musique_models.settings import unknown_settings
-from musique_models.training.loggers import close_run_loggers, log_run_results, run_loggers
-from musique_models.training.malloc import keep_freed_memory
 from musique_models.training.provenance import (
     OFFICIAL_FILE_KEYS,
     SAMPLE_FILE_KEYS,
@@ -57,12 +52,12 @@ from musique_models.training.provenance import (
     override_keys,
     run_provenance,
 )
-from musique_models.training.resume import (
-    STOP,
-    RunInterrupted,
-    describe_resume_point,
-    requeue_slurm_job,
-)
+
+# torch, Lightning and what imports them (the training layer's callbacks and loggers, the recipes) load only once a
+# run has passed its checks: a refused run answers in about a second instead of ten.
+if TYPE_CHECKING:
+    from musique_models.recipes.base import Recipe
+    from musique_models.training.resume import RunInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +96,8 @@ def train(cfg: DictConfig) -> float | None:
         log.info("the run in %s already finished: nothing to resume (its metrics: %s)", output_dir, METRICS_FILE)
         return json.loads((output_dir / METRICS_FILE).read_text()).get(cfg.optimized_metric)
     write_json(output_dir / STATUS_FILE, {"status": "running", "pid": os.getpid()})
+    from musique_models.training.resume import STOP
+
     try:
         with STOP.handling(slurm="SLURM_JOB_ID" in os.environ):
             result = _train(cfg, output_dir, Console())
@@ -151,6 +148,8 @@ def has_trained(output_dir: Path) -> bool:
 def is_interruption(error: BaseException) -> bool:
     """Whether the run stopped because it was asked to: a `RunInterrupted` in the error's chain, or, after a stop
     signal, Lightning's own exit on a signal (`KeyboardInterrupt`, `SystemExit`)."""
+    from musique_models.training.resume import STOP
+
     if _run_interrupted(error) is not None:
         return True
     return STOP.requested and isinstance(error, KeyboardInterrupt | SystemExit)
@@ -159,12 +158,16 @@ def is_interruption(error: BaseException) -> bool:
 def interruption_reason(error: BaseException) -> str:
     """What stopped the run, as the `RunInterrupted` in the error's chain says (`SIGINT received again: stopped at
     once`), else the signal's name."""
+    from musique_models.training.resume import STOP
+
     interruption = _run_interrupted(error)
     return str(interruption) if interruption is not None and str(interruption) else STOP.signal_name or "a stop request"
 
 
 def _run_interrupted(error: BaseException) -> RunInterrupted | None:
     """The first `RunInterrupted` in the error's chain (its causes and contexts), if any."""
+    from musique_models.training.resume import RunInterrupted
+
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -179,6 +182,8 @@ def interrupted(output_dir: Path, reason: str) -> SystemExit:
     """Record the stopped run as `interrupted` with its resume point and the command that resumes it, print both,
     requeue the job when SLURM asked (its time-limit or pre-emption signal), and give the exit to raise
     (128 + the signal's number, as a shell reports a process stopped by a signal)."""
+    from musique_models.training.resume import STOP, describe_resume_point, requeue_slurm_job
+
     command = resume_command(output_dir)
     record: dict[str, Any] = {"status": "interrupted", "signal": STOP.signal_name, "resume_command": command}
     sweep_command = sweep_resume_command()
@@ -348,11 +353,17 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
             f"eval_size={cfg.eval_size}: give a positive number of questions, or eval_size=null for the whole split"
         )
     accelerator = str(cfg.trainer.get("accelerator", "auto"))
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    if accelerator in ("gpu", "cuda") and not _cuda_available():
         raise RunConfigError(
             f"trainer accelerator={accelerator}, but this machine has no usable GPU "
             "(use trainer=cpu, or trainer=default to pick the device automatically)"
         )
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def check_data_overrides(cfg: DictConfig) -> None:
@@ -392,6 +403,11 @@ def config_differences(saved: DictConfig, current: DictConfig) -> list[str]:
 
 
 def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
+    import pytorch_lightning as pl
+
+    from musique_models.training.loggers import close_run_loggers, run_loggers
+    from musique_models.training.malloc import keep_freed_memory
+
     quiet_libraries()
     set_threads(cfg.trainer.get("threads"))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -427,6 +443,9 @@ def _run_recipe(
     loggers: list[Any],
 ) -> float | None:
     """Run the configured recipe on the loaded splits; write, log and show its predictions' scores."""
+    from musique_models.recipes.base import RunContext
+    from musique_models.training.loggers import close_run_loggers, log_run_results
+
     evaluation = splits[cfg.eval_split]
     context = RunContext(
         cfg=cfg,
@@ -487,6 +506,8 @@ def instantiate_recipe(cfg: DictConfig) -> Recipe:
     """The recipe `cfg.model` configures (`model=<name>`); its `system` entry is the registry's
     (`musique_models.systems`) and its `paper_settings` table the config's own (read by `${paper_setting:}`),
     not the recipe's."""
+    from musique_models.recipes.base import Recipe
+
     model = copy.copy(cfg.model)  # a shallow copy keeps the root: interpolations still resolve
     with open_dict(model):
         model.pop("system", None)
@@ -527,6 +548,8 @@ def write_to_log_file(text: str, level: int = logging.INFO) -> None:
 def set_threads(threads: int | str | None) -> None:
     """torch's CPU threads (`trainer.threads`): a number; `auto`, the cores other processes leave free right now
     (at least 1; measured over 0.2 s from /proc/stat); or null, torch's default (one per core)."""
+    import torch
+
     if threads == "auto":
         threads = free_cores()
     if threads is not None:
