@@ -22,13 +22,13 @@ RUN = [
     "train.py",
     "backbone=tiny",
     "dataset.sample=true",
-    "dataset.train_size=24",
-    "eval_size=12",
-    "model.selector.max_epochs=3",
+    "dataset.train_size=12",
+    "eval_size=6",
+    "model.selector.max_epochs=2",
     "model.answerer.max_epochs=2",
     "model.answerer.micro_batch_size=2",
     "trainer.enable_progress_bar=false",
-    "logger=wandb",
+    "trainer.log_every_n_steps=2",  # rows in the curves within the short first epoch
     "trainer.threads=2",  # not `auto`: a thread count that follows the load would change float rounding
 ]
 OUTPUTS = ("predictions.jsonl", "metrics.json")
@@ -75,10 +75,12 @@ def _assert_same_outputs(run_dir: Path, uninterrupted: Path) -> None:
 def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_resume_point(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
-    per_epoch = _batches_per_epoch(uninterrupted, "selector", 3)
+    per_epoch = _batches_per_epoch(uninterrupted, "selector", 2)
     assert per_epoch >= 4
     killed_dir = tmp_path / "killed"
-    killed = _train(uninterrupted, killed_dir, *_signal_at("killer", per_epoch + per_epoch // 2, "selector", "SIGKILL"))
+    # with wandb (offline) too: the resumed attempt continues the killed attempt's wandb run
+    killer = _signal_at("killer", per_epoch + per_epoch // 2, "selector", "SIGKILL")
+    killed = _train(uninterrupted, killed_dir, *killer, "logger=wandb")
     assert killed.returncode == -signal.SIGKILL
     assert not any((killed_dir / name).exists() for name in OUTPUTS)
     # the default callbacks wrote the first epoch's resume point (and nothing else but the run's files)
@@ -89,9 +91,10 @@ def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_resume_point(
 
     # the curves up to the resume point reached the disk with it (the CSV logger buffers its rows)
     full_curve = _logged_steps(uninterrupted / "selector/csv/version_0")
-    assert _logged_steps(killed_dir / "selector/csv/version_0") == [step for step in full_curve if step < per_epoch]
+    killed_curve = _logged_steps(killed_dir / "selector/csv/version_0")
+    assert [step for step in killed_curve if step < per_epoch] == [step for step in full_curve if step < per_epoch]
 
-    resumed = _train(uninterrupted, killed_dir, "ckpt_path=last")
+    resumed = _train(uninterrupted, killed_dir, "logger=wandb", "ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # the resumed attempt's curves go on, numbered from the resume point, in the stage's next CSV version
     assert _logged_steps(killed_dir / "selector/csv/version_1") == [step for step in full_curve if step >= per_epoch]
@@ -111,7 +114,7 @@ def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_resume_point(
 def test_sigint_then_sigterm_mid_epoch_leave_interrupted_runs_that_their_printed_commands_resume(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
-    selector_step = _batches_per_epoch(uninterrupted, "selector", 3) + 2
+    selector_step = _batches_per_epoch(uninterrupted, "selector", 2) + 2
     answerer_step = _batches_per_epoch(uninterrupted, "answerer", 2) // 2
     run_dir = tmp_path / "stopped_model=x,seed=1"  # a folder name Hydra's override grammar needs quoted
     signals = [
@@ -133,7 +136,7 @@ def test_sigint_then_sigterm_mid_epoch_leave_interrupted_runs_that_their_printed
         )
         assert f"resume it with:\n  {command}\n" in stopped.stderr
         arguments = shlex.split(command.split(" && ", 1)[1])
-        assert arguments[-2:] == [f"hydra.run.dir='{run_dir}'", "ckpt_path=last"] and "logger=wandb" in arguments
+        assert arguments[-2:] == [f"hydra.run.dir='{run_dir}'", "ckpt_path=last"] and "trainer.threads=2" in arguments
         # the printed command, as a user pastes it into a shell (the signals do not fire again: they are past)
         stopped = subprocess.run(command, shell=True, capture_output=True, text=True, check=False, env=os.environ)
         assert f"stage {stage} resumes from {run_dir / status['resume_point']}, written in epoch" in (
@@ -154,7 +157,7 @@ def test_slurm_requeue_signal_requeues_the_job_and_the_restarted_job_resumes(
     scontrol.chmod(scontrol.stat().st_mode | stat.S_IEXEC)
     slurm = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
     run_dir = tmp_path / "slurm"
-    step = _batches_per_epoch(uninterrupted, "selector", 3) + 1
+    step = _batches_per_epoch(uninterrupted, "selector", 2) + 1
     warned = _train(uninterrupted, run_dir, *_signal_at("warning", step, "selector", "SIGUSR1"), env=slurm)
     assert warned.returncode == 128 + signal.SIGUSR1, warned.stderr[-3000:]
     status = json.loads((run_dir / "status.json").read_text())
