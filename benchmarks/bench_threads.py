@@ -5,7 +5,7 @@
 Each case runs in a fresh process (`torch.set_num_threads(N)` before anything else), times `--steps` training
 steps (forward, backward, AdamW) after one warm-up step and reports the median. "busy" runs the same while one
 other process spins on a core, as a second job, a test run or an editor's indexer does on a developer machine.
-Side by side in one run; what `trainer.threads` defaults to follows from it (README).
+Side by side in one run; what `trainer.threads` defaults to follows from it (docs/training.md, Threads).
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class ModelSpec:
 
 # Stage settings: no validation (the final weights predict), enough epochs at a high learning rate to memorise.
 # Batch 1 (8 steps an epoch): with the official global attention (everything before the context) and gradient
-# clipping by value, batch 2 x 20 epochs left support F1 at 0.73-0.80 (README, Benchmarks).
+# clipping by value, batch 2 x 20 epochs left support F1 at 0.73-0.80 (docs/benchmarks.md).
 _READER = [
     "model.reader.max_epochs=20",
     "model.reader.lr=2e-4",

@@ -1,5 +1,5 @@
 """The names of the files and folders in a run folder, in one place: every module that writes or reads a run folder
-takes them from here (the README's *Run folder* table describes each).
+takes them from here (docs/training.md, *The run folder*, describes each).
 
     <run>/config.yaml, status.json, provenance.json, predictions.jsonl, metrics.json, train.log,
           subsample_train_ids.json, wandb_run_id.txt, evaluations/<dataset>-<split>[-dire-<name>]/, errors.html

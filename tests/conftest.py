@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import tempfile
 
 _RUN_TMP = tempfile.mkdtemp(prefix="musique-models-tests-")
@@ -63,15 +65,31 @@ def compose_train_cfg(tmp_path: Path) -> Callable[..., DictConfig]:
 
 
 def run_python(
-    arguments: Sequence[str], cwd: Path = PROJECT_ROOT, env: dict[str, str] | None = None, timeout: int = 600
+    arguments: Sequence[str],
+    cwd: Path = PROJECT_ROOT,
+    env: dict[str, str] | None = None,
+    timeout: int = 600,
+    as_a_job: bool = False,
 ) -> subprocess.CompletedProcess:
-    """`python ARGUMENTS` in a subprocess (this interpreter, the repository on PYTHONPATH), output captured."""
-    return subprocess.run(
+    """`python ARGUMENTS` in a subprocess (this interpreter, the repository on PYTHONPATH), output captured.
+
+    `as_a_job`: in a process group of its own that is killed once the process ends, as SLURM or a terminal ends a
+    job: the helpers a SIGKILLed process leaves behind (wandb's service) end with it."""
+    process = subprocess.Popen(
         [sys.executable, *arguments],
         cwd=cwd,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
         env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
+        start_new_session=as_a_job,
     )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if as_a_job:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

@@ -55,7 +55,8 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _train(uninterrupted: Path, run_dir: Path, *extra: str, env: dict[str, str] | None = None):
     cache = uninterrupted.parent / "cache"
-    return run_python([*RUN, f"paths.cache_dir={cache}", f"hydra.run.dir='{run_dir}'", *extra], env=env)
+    arguments = [*RUN, f"paths.cache_dir={cache}", f"hydra.run.dir='{run_dir}'", *extra]
+    return run_python(arguments, env=env, as_a_job=True)
 
 
 def _batches_per_epoch(uninterrupted: Path, stage: str, epochs: int) -> int:
