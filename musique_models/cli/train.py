@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from musique_models import PROJECT_ROOT
@@ -290,9 +291,13 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
     """Refuse, before anything is loaded, what cannot be done as asked: a resume of another run's config, a new
     run over a finished one, a setting a stage does not have (`+model.answerer.lrr=...`: Hydra accepts an added key
     on a typed node), a data file the run would not read (`dataset.files.*` on the samples), an unknown
-    evaluation split, `eval_size` <= 0, a GPU trainer without a GPU. A SLURM job that was requeued
-    (`SLURM_RESTART_COUNT` > 0) and finds its run in its folder resumes it (`ckpt_path=last`); a multirun job
+    evaluation split, `eval_size` <= 0, a GPU trainer without a GPU, an interpolation that does not resolve. A SLURM
+    job that was requeued (`SLURM_RESTART_COUNT` > 0) and finds its run in its folder resumes it (`ckpt_path=last`); a multirun job
     resumed with `ckpt_path=last` whose folder holds no run yet (the sweep stopped before it) starts it."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as error:
+        raise RunConfigError(user_error_message(error) or " ".join(str(error).split())) from None
     saved = output_dir / CONFIG_FILE
     restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     if cfg.get("ckpt_path") is None and restarts > 0:
