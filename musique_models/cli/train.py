@@ -25,7 +25,7 @@ from rich.console import Console
 
 from musique_models import PROJECT_ROOT
 from musique_models.data.schema import Example
-from musique_models.data.source import DatasetSource
+from musique_models.data.source import DatasetSource, no_sample_message
 from musique_models.data.summary import print_summary
 from musique_models.errors import MusiqueModelsError, unknown_setting_message, user_error_message
 from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
@@ -342,7 +342,10 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
             f"{output_dir} already holds a run; resume it with ckpt_path=last (same arguments) or "
             "choose another hydra.run.dir"
         )
-    splits = list(cfg.dataset.sample_files if cfg.dataset.get("sample") else cfg.dataset.files)
+    sample_files = cfg.dataset.get("sample_files") or {}
+    if cfg.dataset.get("sample") and not sample_files:
+        raise RunConfigError(no_sample_message(cfg.dataset.name, cfg.dataset.data_dir))
+    splits = list(sample_files if cfg.dataset.get("sample") else cfg.dataset.files)
     if cfg.eval_split not in splits:
         raise RunConfigError(
             f"eval_split={cfg.eval_split}: {cfg.dataset.name} has no such split here "

@@ -45,6 +45,14 @@ class UnknownSplitError(MusiqueModelsError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+def no_sample_message(name: str, data_dir: str | Path) -> str:
+    """The one line for `dataset.sample=true` on a dataset that ships no sample."""
+    return (
+        f"dataset {name!r} has no shipped sample (its config gives no sample_files): set dataset.sample=false to "
+        f"read its files in {data_dir}, or give dataset.sample_files"
+    )
+
+
 class DatasetSource:
     """One dataset: its official files (or the shipped sample), its reader and its training subsample.
 
@@ -103,6 +111,8 @@ class DatasetSource:
                 raise DatasetConfigError(
                     f"dataset.{option}={value!r} is not a boolean; set dataset.{option}=true or dataset.{option}=false"
                 )
+        if sample and not sample_files:
+            raise DatasetConfigError(no_sample_message(name, data_dir))
         self.name = name
         self.display_name = display_name
         self.format = format

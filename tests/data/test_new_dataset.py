@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.train import train
+from musique_models.cli.train import RunConfigError, train
+from musique_models.data.source import DatasetConfigError
+from musique_models.errors import user_error_message
 from musique_models.io import write_json
 from tests.conftest import SAMPLES, TINY_SELECT_ANSWER
 
@@ -59,3 +65,16 @@ def test_a_dataset_in_an_existing_format_joins_by_one_config(tmp_path: Path) -> 
     provenance = json.loads((run / "provenance.json").read_text())
     assert {Path(entry["path"]).name for entry in provenance["data"]["files"].values()} == {"train.json", "dev.json"}
     assert provenance["data"]["origin"] == "official" and provenance["data"]["files"]["train"]["rows"] == 8
+
+    # it ships no sample: dataset.sample=true is refused in one line, by train.py and by the data commands alike
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        on_sample = compose(
+            "train", overrides=[*overrides[:-1], f"paths.output_dir={tmp_path}/other", "dataset.sample=true"]
+        )
+    expected = "dataset 'hotpot_bridge' has no shipped sample (its config gives no sample_files)"
+    with pytest.raises(RunConfigError, match=re.escape(expected)):
+        train(on_sample)
+    with pytest.raises(InstantiationException) as refused:  # what the data commands print: one line
+        instantiate(on_sample.dataset)
+    assert isinstance(refused.value.__cause__, DatasetConfigError)
+    assert (user_error_message(refused.value) or "").startswith(expected)
