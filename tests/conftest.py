@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
+import json
 import os
+import select
 import signal
 import tempfile
 
@@ -73,23 +77,82 @@ def run_python(
 ) -> subprocess.CompletedProcess:
     """`python ARGUMENTS` in a subprocess (this interpreter, the repository on PYTHONPATH), output captured.
 
-    `as_a_job`: in a process group of its own that is killed once the process ends, as SLURM or a terminal ends a
-    job: the helpers a SIGKILLed process leaves behind (wandb's service) end with it."""
-    process = subprocess.Popen(
-        [sys.executable, *arguments],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
-        start_new_session=as_a_job,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        if as_a_job:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    `python train.py ...` is forked from a process that imported the training stack once (`tests/zygote.py`);
+    every other command starts a fresh interpreter. `as_a_job`: in a process group of its own that is killed once
+    the process ends, as SLURM or a terminal ends a job: the helpers a SIGKILLed process leaves behind (wandb's
+    service) end with it."""
+    environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})}
+    if arguments and arguments[0] == "train.py":
+        result = _zygote().run([str(PROJECT_ROOT / "train.py"), *arguments[1:]], cwd, environment, timeout, as_a_job)
+    else:
+        process = subprocess.Popen(
+            [sys.executable, *arguments],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+            start_new_session=as_a_job,
+        )
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        result.pid = process.pid  # type: ignore[attr-defined]
+    if as_a_job:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(result.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+    return result
+
+
+class _Zygote:
+    """The client of `tests/zygote.py`: one request at a time, each answered by the forked child's pid and status."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.zygote"],
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        )
+        assert json.loads(self.process.stdout.readline())["ready"]
+
+    def _answer(self, timeout: float | None) -> dict | None:
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        return json.loads(self.process.stdout.readline()) if ready else None
+
+    def run(
+        self, argv: list[str], cwd: Path, env: dict[str, str], timeout: int, new_session: bool
+    ) -> subprocess.CompletedProcess:
+        with tempfile.TemporaryDirectory() as folder:
+            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+            self.process.stdin.write(json.dumps({**request, "new_session": new_session}) + "\n")
+            self.process.stdin.flush()
+            pid = self._answer(60)["pid"]
+            answer = self._answer(timeout)
+            if answer is None:
+                os.kill(pid, signal.SIGKILL)
+                self._answer(None)
+                raise subprocess.TimeoutExpired(argv, timeout, out.read_text(), err.read_text())
+            result = subprocess.CompletedProcess(
+                [sys.executable, *argv], os.waitstatus_to_exitcode(answer["status"]), out.read_text(), err.read_text()
+            )
+            result.pid = pid  # type: ignore[attr-defined]
+            return result
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+@functools.cache
+def _zygote() -> _Zygote:
+    zygote = _Zygote()
+    atexit.register(zygote.close)
+    return zygote
