@@ -24,13 +24,13 @@ RUN = [
     "model.selector.validate=true",
     "model.answerer.validate=true",
     "trainer.enable_progress_bar=false",
-    "logger=wandb",
     "trainer.threads=1",
 ]
 
 
 def test_ddp_sim_two_cpu_processes(tmp_path: Path) -> None:
-    result = run_python([*RUN, f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/run"])
+    # with wandb (offline): the rank-0 logger of a DDP run
+    result = run_python([*RUN, "logger=wandb", f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/run"])
     assert result.returncode == 0, result.stderr[-4000:]
     assert "distributed_backend=gloo" in result.stderr + result.stdout
     assert "All distributed processes registered. Starting with 2 processes" in result.stderr + result.stdout
