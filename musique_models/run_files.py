@@ -32,6 +32,8 @@ STOP_FILE = "stop_requested"
 RANKING_FILE = "selector_ranking.json"  # Select+Answer: the selector's ranking of the evaluation split
 STEPS_FILE = "steps.jsonl"  # Step Execution: every executed step
 DECOMPOSITIONS_FILE = "decompositions.jsonl"  # the decomposer's sub-questions
+GENERATIONS_FILE = "generations.jsonl"  # generative readers: each row's raw generation and what its parse missed
+EXEMPLARS_FILE = "prompt_exemplars.json"  # model=llm_prompt: the k-shot exemplars the run's prompts hold
 
 
 def subsample_ids_file(split: str) -> str:

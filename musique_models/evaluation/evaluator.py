@@ -203,7 +203,7 @@ def write_report(report: EvaluationReport, output: str | Path, per_question_outp
 
 
 # Metrics that are counts, or already on a 0-100 scale (BLEU), shown as they are.
-COUNT_METRICS = ("invalid_decompositions",)
+COUNT_METRICS = ("invalid_decompositions", "unparsed_generations")
 UNSCALED_METRICS = ("decomposition_bleu",)
 
 

@@ -13,6 +13,8 @@ package, or a config.
   `attention_window` (`musique_models.models.long_context`), built into `path` on first use and reused.
 - `bert2bert` (seq2seq only, `load_seq2seq`): an encoder-decoder warm-started from the encoder `convert_from` on
   both sides (Rothe et al., 2020): encoder and decoder weights copied from it, cross-attention new; its tokenizer.
+
+`causal: true` marks a decoder-only language model (`load_causal_lm`: Llama, Qwen, SmolLM, ...).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     EncoderDecoderModel,
@@ -68,6 +71,7 @@ class BackboneSpec:
     model_type: str | None = None
     convert_from: BackboneSpec | None = None
     attention_window: int = 512
+    causal: bool = False
 
     def model_dir(self) -> str:
         """The folder (or hub name) to load from; checks the pinned checksum of packaged weights."""
@@ -156,13 +160,18 @@ def _explained_hub_errors(spec: BackboneSpec) -> Iterator[None]:
         ) from None
 
 
-def load_tokenizer(spec: BackboneSpec) -> PreTrainedTokenizerFast:
-    """The backbone's fast tokenizer with the paragraph marker added as a special token."""
+def load_tokenizer(spec: BackboneSpec, paragraph_marker: bool = True) -> PreTrainedTokenizerFast:
+    """The backbone's fast tokenizer with the paragraph marker added as a special token (`paragraph_marker`: the
+    span readers and selectors mark paragraphs with it; generative readers write `[idx]` and add nothing). A
+    tokenizer without a padding token (most decoder-only ones) pads with its end token."""
     with _explained_hub_errors(spec):
         tokenizer = AutoTokenizer.from_pretrained(spec.model_dir(), use_fast=True)
     if not tokenizer.is_fast:
         raise BackboneError(f"backbone {spec.name!r} has no fast tokenizer (offsets are needed)")
-    tokenizer.add_special_tokens({"additional_special_tokens": [PARAGRAPH_MARKER]})
+    if paragraph_marker:
+        tokenizer.add_special_tokens({"additional_special_tokens": [PARAGRAPH_MARKER]})
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
     tokenizer.model_max_length = spec.max_length
     # some exported tokenizer.json files (all-MiniLM-L6-v2's) switch on padding and truncation to 128 in the Rust
     # tokenizer; featurisers that call it directly set what they need
@@ -192,8 +201,16 @@ def load_encoder(spec: BackboneSpec, vocab_size: int) -> PreTrainedModel:
 
 def _generation_token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
     """The ids a seq2seq model generates with: it starts from the tokenizer's start token (`<s>`, or `[CLS]` for
-    a WordPiece tokenizer) and stops at its end token (`</s>`, or `[SEP]`)."""
-    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+    a WordPiece tokenizer; T5's tokenizer has neither and its decoder starts from the padding token, as T5 was
+    trained) and stops at its end token (`</s>`, or `[SEP]`)."""
+    start = next(
+        (
+            token
+            for token in (tokenizer.bos_token_id, tokenizer.cls_token_id, tokenizer.pad_token_id)
+            if token is not None
+        ),
+        None,
+    )
     end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
     if start is None or end is None or tokenizer.pad_token_id is None:
         raise BackboneError(f"tokenizer {tokenizer.name_or_path!r} lacks a start (bos/cls), end (eos/sep) or pad token")
@@ -233,6 +250,35 @@ def load_seq2seq(spec: BackboneSpec, vocab_size: int, tokenizer: PreTrainedToken
     for half in halves:  # EncoderDecoderModel cannot resize both halves itself
         if half.get_input_embeddings().num_embeddings != vocab_size:
             half.resize_token_embeddings(vocab_size)
+    for name, value in token_ids.items():
+        setattr(model.config, name, value)
+    model.generation_config = GenerationConfig(**token_ids)
+    # from_pretrained returns the model in eval mode, and Lightning keeps submodules' modes: train with dropout
+    return model.train()
+
+
+def load_causal_lm(spec: BackboneSpec, vocab_size: int, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    """A decoder-only language model (from the hub, a package, or random from a config: `model_type`, e.g. llama),
+    its embeddings resized to `vocab_size`, generating until `tokenizer`'s end token and padding with its padding
+    token; a checkpoint's own generation settings (sampling, temperature, ...) are dropped: decoding is greedy."""
+    end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    if end is None or tokenizer.pad_token_id is None:
+        raise BackboneError(f"tokenizer {tokenizer.name_or_path!r} lacks an end (eos/sep) or a pad token")
+    token_ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": end}
+    if tokenizer.bos_token_id is not None:
+        token_ids["bos_token_id"] = tokenizer.bos_token_id
+    if spec.source == "random":
+        if not spec.model_type:
+            raise BackboneError(f"backbone {spec.name!r}: a random decoder-only backbone needs model_type (e.g. llama)")
+        config = AutoConfig.for_model(
+            spec.model_type, **{"vocab_size": vocab_size, **spec.config_overrides, **token_ids}
+        )
+        model = AutoModelForCausalLM.from_config(config)
+    else:
+        with _explained_hub_errors(spec):
+            model = AutoModelForCausalLM.from_pretrained(spec.model_dir(), **spec.config_overrides)
+    if model.get_input_embeddings().num_embeddings != vocab_size:
+        model.resize_token_embeddings(vocab_size)
     for name, value in token_ids.items():
         setattr(model.config, name, value)
     model.generation_config = GenerationConfig(**token_ids)

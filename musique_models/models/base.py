@@ -11,7 +11,11 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from musique_models.errors import MusiqueModelsError, check_choice
+from musique_models.evaluation.evaluator import score_instance
 from musique_models.evaluation.gold import ValidationGold
+from musique_models.evaluation.metrics import aggregate
+from musique_models.evaluation.predictions import Prediction
+from musique_models.evaluation.torchmetric import MultihopQAMetric
 
 SCHEDULES = ("linear", "slanted_triangular")
 
@@ -98,6 +102,24 @@ def require_validation_gold(
             f"with validation={what}, or train the stage without validation (validate: false)"
         )
     return validation
+
+
+def log_validation_scores(module: pl.LightningModule, metric: MultihopQAMetric, validation: ValidationGold) -> None:
+    """Log the evaluator's metrics of a validation epoch from `metric`'s rows (every rank's), then reset it. Rows a
+    partial validation never reached (fast_dev_run, limit_val_batches) count as empty answers, so that
+    MuSiQue-Full's twins stay paired."""
+    with metric.sync_context():  # every rank's rows: all ranks score the same
+        results = metric.instance_results()
+    metric.reset()
+    seen = {result.row for result in results}
+    results += [
+        score_instance(gold, Prediction(gold.id, "", [], True)) for gold in validation.golds if gold.row not in seen
+    ]
+    metrics = aggregate(sorted(results, key=lambda result: result.row), validation.paired)
+    for name, value in metrics.items():
+        if not name.startswith("count"):
+            # identical on every rank; sync_dist (a mean of equal values) says so to Lightning
+            module.log(f"val/{name}", value, prog_bar=name == "answer_f1", sync_dist=True)
 
 
 def _rng_states() -> dict[str, Any]:

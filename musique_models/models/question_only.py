@@ -22,52 +22,16 @@ log-probabilities of its generated tokens, the end token included (the start tok
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-
 import torch
 from torch import nn
-from transformers import PreTrainedTokenizerFast
 from transformers.modeling_outputs import BaseModelOutput
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.evaluation.evaluator import score_instance
 from musique_models.evaluation.gold import ValidationGold
-from musique_models.evaluation.metrics import aggregate
-from musique_models.evaluation.predictions import Prediction
 from musique_models.evaluation.torchmetric import MultihopQAMetric
 from musique_models.models.backbone import BackboneSpec, load_seq2seq, load_tokenizer, pool
-from musique_models.models.base import QAModule, require_validation_gold
-
-# An uncased WordPiece decode writes every punctuation mark as its own word ("land - grant", "6. 8", "hudson ' s",
-# "u. s."), which the answer metric (punctuation dropped, not spaced) scores as other words. These rules glue the
-# marks that sit inside a word in answers back on; on the shipped samples' 629 distinct gold answers they raise the
-# round-trip answer F1 (encode, decode, score against itself) of MiniLM's tokenizer from 0.922 to 0.977 (the rest is
-# accents, which the uncased tokenizer drops). A byte-level BPE decode (BART) is exact and left alone.
-_WORDPIECE_CLEANUP = (
-    (re.compile(r"(?<=\w) ([-/]) (?=\w)"), r"\1"),  # hyphenated words, a/b
-    (re.compile(r"(?<=\w) ' (?=(?:s|t|d|m|ll|re|ve)\b)"), "'"),  # hudson's, don't
-    (re.compile(r"(?<=\b\w) ' (?=\w)"), "'"),  # o'neil, d'arcy
-    (re.compile(r"(?<=\d)\. (?=\d)"), "."),  # 6.8
-    (re.compile(r"(?<=\d), (?=\d{3}(?!\d))"), ","),  # 3,000 (not "April 5, 1975")
-    (re.compile(r"(?<=\b\w)\. (?=\w\.)"), "."),  # u.s., a.p.j.
-)
-
-
-def clean_wordpiece_text(text: str) -> str:
-    """A WordPiece decode with the in-word punctuation glued back (see `_WORDPIECE_CLEANUP`)."""
-    for pattern, replacement in _WORDPIECE_CLEANUP:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def decode_answers(tokenizer: PreTrainedTokenizerFast, ids: torch.Tensor | Sequence[Sequence[int]]) -> list[str]:
-    """The answer texts of generated id rows (special tokens and padding dropped; a WordPiece tokenizer's text
-    cleaned with `clean_wordpiece_text`)."""
-    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    if type(tokenizer.backend_tokenizer.model).__name__ == "WordPiece":
-        texts = [clean_wordpiece_text(text) for text in texts]
-    return [text.strip() for text in texts]
+from musique_models.models.base import QAModule, log_validation_scores, require_validation_gold
+from musique_models.models.decoding import decode_answers, generated_log_prob
 
 
 class QuestionOnlyAnswerer(QAModule):
@@ -197,17 +161,8 @@ class QuestionOnlyAnswerer(QAModule):
         if self.num_beams > 1:
             summed = output.sequences_scores.float()  # (B,): summed log-probabilities (length penalty 0)
         else:
-            generated = ids[:, 1:]  # (B, S): the start token is given, not generated
-            token_log_probs = torch.stack(
-                [  # each step's logits (B, V) -> the generated token's log-probability (B,)
-                    logits.float().log_softmax(dim=-1).gather(-1, generated[:, step, None]).squeeze(-1)
-                    for step, logits in enumerate(output.scores)
-                ],
-                dim=1,
-            )  # (B, S)
-            is_end = generated == self.end_token_id  # (B, S)
-            after_end = (torch.cumsum(is_end.long(), dim=1) - is_end.long()) > 0  # padding after the end token
-            summed = token_log_probs.masked_fill(after_end, 0.0).sum(dim=1)  # (B,)
+            # the start token is given, not generated
+            summed = generated_log_prob(output.scores, ids[:, 1:], self.end_token_id)  # (B,)
         # float64: exp of a long unlikely answer's log-probability (-300 for an untrained model) underflows float32
         return {"ids": ids, "confidence": summed.double().exp(), "answerable_prob": answerable_prob}
 
@@ -226,21 +181,7 @@ class QuestionOnlyAnswerer(QAModule):
         self.val_metric.golds = list(require_validation_gold(self, self.validation).golds)
 
     def on_validation_epoch_end(self) -> None:
-        validation = require_validation_gold(self, self.validation)
-        with self.val_metric.sync_context():  # every rank's rows: all ranks score the same
-            results = self.val_metric.instance_results()
-        self.val_metric.reset()
-        # rows a partial validation never reached (fast_dev_run, limit_val_batches) count as empty answers, so that
-        # MuSiQue-Full's twins stay paired
-        seen = {result.row for result in results}
-        results += [
-            score_instance(gold, Prediction(gold.id, "", [], True)) for gold in validation.golds if gold.row not in seen
-        ]
-        metrics = aggregate(sorted(results, key=lambda result: result.row), validation.paired)
-        for name, value in metrics.items():
-            if not name.startswith("count"):
-                # identical on every rank; sync_dist (a mean of equal values) says so to Lightning
-                self.log(f"val/{name}", value, prog_bar=name == "answer_f1", sync_dist=True)
+        log_validation_scores(self, self.val_metric, require_validation_gold(self, self.validation))
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         return {"example_row": batch["example_row"], **self.generate_answers(batch)}

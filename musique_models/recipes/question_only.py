@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.question_only import featurize_question_only
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
-from musique_models.models.question_only import QuestionOnlyAnswerer, decode_answers
+from musique_models.models.decoding import decode_answers
+from musique_models.models.question_only import QuestionOnlyAnswerer
 from musique_models.recipes.base import Predictor, RunContext
 from musique_models.recipes.fitting import StageInputs, fit_stage
 from musique_models.training.datamodule import featurize

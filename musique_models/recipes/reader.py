@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import datasets
 import torch
@@ -38,6 +39,26 @@ class FittedReader:
     def context_builder(self, table: datasets.Dataset) -> ContextBuilder:
         """Rebuilds the context the reader read for each row of `table`."""
         return ContextBuilder(table, self.include_title, self.prefix)
+
+    def predictor(self, cfg: DictConfig, batch_size: int) -> ReaderPredictor:
+        """The reader placed for prediction."""
+        return ReaderPredictor(self, cfg, batch_size)
+
+
+class TableReader(Protocol):
+    """A trained reader placed once: `read(table)` decodes every row of a table whose `selected_idxs` say which
+    paragraphs (in which order) it reads; `finish(output_dir)` writes the last read's side files into
+    `output_dir` and returns what it adds to `metrics.json` (a generative reader's `unparsed_generations`)."""
+
+    def read(self, table: datasets.Dataset) -> list[DecodedQuestion]: ...
+
+    def finish(self, output_dir: Path) -> dict[str, float]: ...
+
+
+class FittedAnswerer(Protocol):
+    """A trained reader with what feeds it (`FittedReader`, a generative reader's `FittedGenerativeReader`)."""
+
+    def predictor(self, cfg: DictConfig, batch_size: int) -> TableReader: ...
 
 
 def yes_no_setup(cfg: DictConfig, mode: str) -> tuple[str, bool]:
@@ -104,3 +125,7 @@ class ReaderPredictor:
         windows = torch.cat([output[0] for output in outputs])
         markers = torch.cat([output[1] for output in outputs])
         return fitted.reader.decode_questions(windows, markers, len(table), fitted.context_builder(table))
+
+    def finish(self, output_dir: Path) -> dict[str, float]:
+        """A span reader writes no side files and adds no metrics."""
+        return {}

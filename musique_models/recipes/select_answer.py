@@ -39,8 +39,8 @@ from musique_models.recipes.base import RunContext, decoded_predictions
 from musique_models.recipes.fitting import StageInputs, features_cache, fit_stage
 from musique_models.recipes.reader import (
     YES_NO_MODES,
+    FittedAnswerer,
     FittedReader,
-    ReaderPredictor,
     reader_kwargs,
     reader_monitor,
     single_input_settings,
@@ -81,7 +81,7 @@ class FittedSelectAnswer:
 
     selector: FittedSelector
     top_k: int
-    answerer: FittedReader
+    answerer: FittedAnswerer
 
 
 class SelectorRanker:
@@ -130,7 +130,7 @@ class SelectAnswerPredictor:
         self.fitted = fitted
         self.support = support
         self.ranker = SelectorRanker(fitted.selector, cfg, batch_size)
-        self.reader = ReaderPredictor(fitted.answerer, cfg, batch_size)
+        self.reader = fitted.answerer.predictor(cfg, batch_size)
         self.extra_metrics: dict[str, float] = {}
 
     def select(self, table: datasets.Dataset) -> tuple[list[list[int]], dict[str, torch.Tensor]]:
@@ -154,6 +154,7 @@ class SelectAnswerPredictor:
             log.info("selector on %d questions: %s", len(table), record["metrics"])
         write_json(Path(output_dir) / RANKING_FILE, record)
         decoded = self._read(table, rankings)
+        self.extra_metrics = self.reader.finish(output_dir)
         read = [ranking[:1] for ranking in rankings] if self.support == "read" else None
         return decoded_predictions(table["id"], decoded, support=read)
 
@@ -322,7 +323,7 @@ class SelectAnswer:
         train: datasets.Dataset,
         evaluation: datasets.Dataset | None,
         selector: FittedSelector,
-    ) -> FittedReader:
+    ) -> FittedAnswerer:
         """Stage 2: the answerer over the selected paragraphs (`selected_idxs`) of `train`, validated on
         `evaluation`'s when it is given."""
         cfg = context.cfg
@@ -358,9 +359,12 @@ class SelectAnswer:
         run that reused a selector (`selector_checkpoint`) loads that one again."""
         selector_checkpoint = self.selector_checkpoint or finished_checkpoint(run_dir, f"{stage_prefix}selector")
         selector = self._fitted_selector(load_selector(selector_checkpoint))
-        answerer_path = finished_checkpoint(run_dir, f"{stage_prefix}answerer")
-        answerer_class = self._answerer_class(instantiate(self.answerer_cfg.backbone))
-        answerer = answerer_class.load_from_checkpoint(answerer_path, map_location="cpu")
-        fitted_answerer = self._fitted_answerer(cfg, answerer, load_tokenizer(answerer.hparams.backbone))
+        fitted_answerer = self._load_answerer(cfg, finished_checkpoint(run_dir, f"{stage_prefix}answerer"))
         fitted = FittedSelectAnswer(selector, self.top_k, fitted_answerer)
         return SelectAnswerPredictor(fitted, cfg, self.eval_batch_size, self.support)
+
+    def _load_answerer(self, cfg: DictConfig, path: Path) -> FittedAnswerer:
+        """The answerer of the best checkpoint `path`, with what feeds it under the run's config `cfg`."""
+        answerer_class = self._answerer_class(instantiate(self.answerer_cfg.backbone))
+        answerer = answerer_class.load_from_checkpoint(path, map_location="cpu")
+        return self._fitted_answerer(cfg, answerer, load_tokenizer(answerer.hparams.backbone))

@@ -4,7 +4,7 @@ page (`RUN_DIR/errors.html`) to page through a run's evaluation split, question 
 Per question: the question, the gold answers against the predicted answer with its answer F1, every paragraph
 (title and text) with gold and predicted support marked, the gold decomposition (step, answer, supporting
 paragraph), and for Step Execution runs the executed steps (`steps.jsonl`) and the predicted decomposition
-(`decompositions.jsonl`). MuSiQue-Full twins (same id, answerable and not) are shown side by side with gold and
+(`decompositions.jsonl`), and for generative readers each raw generation (`generations.jsonl`). MuSiQue-Full twins (same id, answerable and not) are shown side by side with gold and
 predicted answerability. Filters: hops, answer correctness (F1 = 1 / partial / 0), support F1 range,
 answerability, text; a pager.
 
@@ -29,13 +29,14 @@ from omegaconf import OmegaConf
 
 from musique_models.data.schema import Example
 from musique_models.errors import DataFormatError, MusiqueModelsError, user_errors_exit
-from musique_models.evaluation.evaluator import evaluate_predictions
+from musique_models.evaluation.evaluator import COUNT_METRICS, evaluate_predictions
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import align_predictions, read_predictions
 from musique_models.io import atomic_open
 from musique_models.run_files import (
     CONFIG_FILE,
     DECOMPOSITIONS_FILE,
+    GENERATIONS_FILE,
     METRICS_FILE,
     PAGE_FILE,
     PREDICTIONS_FILE,
@@ -136,6 +137,19 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
             for _, record in _read_jsonl(run_dir / DECOMPOSITIONS_FILE)
         }
 
+    generations: dict[int, dict[str, Any]] = {}
+    if (run_dir / GENERATIONS_FILE).exists():  # a generative reader's raw generations, by row
+        for line, record in _read_jsonl(run_dir / GENERATIONS_FILE):
+            row = record.get("row")
+            if not isinstance(row, int) or not 0 <= row < len(examples) or examples[row].id != record.get("id"):
+                raise DataFormatError(
+                    "generation of no predicted row (row and id must match predictions.jsonl)",
+                    path=run_dir / GENERATIONS_FILE,
+                    line=line,
+                    record_id=record.get("id"),
+                )
+            generations[row] = {"text": record.get("generation", ""), "problems": record.get("problems", [])}
+
     texts: dict[str, int] = {}
     rows = []
     groups: dict[str, list[int]] = {}
@@ -156,6 +170,7 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
                 ],
                 "steps": steps.get(index, []),
                 "predicted_decomposition": decompositions.get(example.id),
+                "generation": generations.get(index),
             }
         )
         groups.setdefault(example.id, []).append(index)
@@ -166,6 +181,7 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
         "split": split,
         "metrics_file": str(metrics_file) if metrics_file.exists() else None,
         "metrics": _metrics(metrics_file),
+        "count_metrics": list(COUNT_METRICS),
         "texts": list(texts),
         "groups": list(groups.values()),
         "rows": rows,
@@ -483,6 +499,14 @@ _JS = r"""
     if (d.problems && d.problems.length) add(box, el("div", "problems", "problems: " + d.problems.join("; ")));
     return box;
   }
+  function rawGeneration(g) {
+    if (!g) return null;
+    var box = el("div");
+    add(box, el("h5", null, "generation" + (g.problems && g.problems.length ? " (not read in full)" : "")));
+    add(box, el("div", "muted", g.text === "" ? "(empty)" : g.text));
+    if (g.problems && g.problems.length) add(box, el("div", "problems", "problems: " + g.problems.join("; ")));
+    return box;
+  }
   function paragraphs(r, expand) {
     var box = el("div"), gold = new Set(r.gold_support_idxs), pred = new Set(r.predicted_support_idxs);
     r.paragraphs.forEach(function (p) {
@@ -511,6 +535,7 @@ _JS = r"""
     var gd = goldDecomposition(r, byIdx), ex = executedSteps(r, byIdx);
     if (gd) add(p, el("h5", null, "gold decomposition"), gd);
     add(p, predictedDecomposition(r.predicted_decomposition));
+    add(p, rawGeneration(r.generation));
     if (ex) add(p, el("h5", null, "executed steps"), ex);
     add(p, el("h5", null, "paragraphs (" + r.paragraphs.length + ")"), paragraphs(r, expand));
     return p;
@@ -553,7 +578,7 @@ _JS = r"""
       var tr = add(el("tr"), el("td", null, name));
       ["", "_2hop", "_3hop", "_4hop"].forEach(function (suffix) {
         var v = DATA.metrics[name + suffix];
-        var isCount = /count$/.test(name) || name === "invalid_decompositions";
+        var isCount = /count$/.test(name) || DATA.count_metrics.indexOf(name) >= 0;
         var scale = name === "decomposition_bleu" ? 1 : 100;
         add(tr, el("td", null, v === undefined ? "" : isCount ? Number(v).toFixed(0) : (scale * v).toFixed(1)));
       });

@@ -38,7 +38,14 @@ COMMON = [
 # The contract test: every model the registry names (`system:` in its conf/model/ config) is trained on its tiny
 # backbones (`system.tiny`), then `evaluate.py run=` must reproduce it without training. A new model is tested by
 # its config. Each model's dataset here spreads the four datasets over the models (musique_ans for a new one).
-DATASET_OF = {"one_para": "hotpotqa_20k", "end2end": "2wiki_20k", "q_only": "2wiki_20k", "c_only": "musique_ans"}
+DATASET_OF = {
+    "one_para": "hotpotqa_20k",
+    "end2end": "2wiki_20k",
+    "q_only": "2wiki_20k",
+    "c_only": "musique_ans",
+    "select_generate": "musique_full",
+    "generative_reader": "hotpotqa_20k",
+}
 RUNS = {
     f"{model}-{DATASET_OF.get(model, 'musique_ans')}": [
         f"model={model}",

@@ -19,7 +19,8 @@ from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.gold import ValidationGold, gold_from_example
 from musique_models.features.question_only import NO_TARGET, featurize_question_only
 from musique_models.models.backbone import load_tokenizer
-from musique_models.models.question_only import QuestionOnlyAnswerer, clean_wordpiece_text, decode_answers
+from musique_models.models.decoding import clean_wordpiece_text, decode_answers
+from musique_models.models.question_only import QuestionOnlyAnswerer
 from musique_models.training.datamodule import QADataModule, featurize
 from musique_models.training.inference import BatchPredictor
 from musique_models.training.loaders import PaddingCollator

@@ -1,4 +1,4 @@
-"""Sweeps: the paper's grid as one multirun (`experiment=paper_grid`: the 26 systems of its tables, one job each;
+"""Sweeps: the paper's grid as one multirun (`experiment=paper_grid`: the 30 systems of its tables, SA (T5) included, one job each;
 `experiment=paper_grid_tiny`: the same grid on tiny backbones, run here) and the Optuna search over Select+Answer's
 learning rates and K (`hparams_search=select_answer_optuna`, two trials run here)."""
 
@@ -22,7 +22,7 @@ WITH_DECOMPOSITIONS = ["musique_ans", "musique_full", "2wiki_20k"]  # HotpotQA h
 PAPER_SYSTEMS = {
     *(
         (f"{prefix}_{dataset}", model, dataset)
-        for prefix, model in [("ee", "end2end"), ("sa", "select_answer")]
+        for prefix, model in [("ee", "end2end"), ("sa", "select_answer"), ("sa_t5", "select_generate")]
         for dataset in DATASETS
     ),
     *(
@@ -47,7 +47,7 @@ def _sweep_jobs(overrides: list[str]) -> list[list[str]]:
 def test_the_paper_grid_lists_every_system_of_the_tables_once() -> None:
     jobs = _sweep_jobs(["experiment=paper_grid"])
     systems = [next(o.split("=", 1)[1] for o in job if o.startswith("+experiment@_global_=")) for job in jobs]
-    assert sorted(systems) == sorted(name for name, _, _ in PAPER_SYSTEMS) and len(systems) == 26
+    assert sorted(systems) == sorted(name for name, _, _ in PAPER_SYSTEMS) and len(systems) == 30
     shipped = {path.stem for path in (PROJECT_ROOT / "conf" / "experiment").glob("*.yaml")}
     assert shipped - set(systems) == {"decomposer_musique", "decomposer_2wiki", "paper_grid", "paper_grid_tiny"}
 
@@ -65,7 +65,7 @@ def test_the_tiny_paper_grid_runs_every_system_in_one_multirun(tmp_path: Path) -
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted((path for path in sweep_dir.iterdir() if path.is_dir()), key=lambda p: int(p.name.split("_")[0]))
-    assert len(jobs) == 26
+    assert len(jobs) == 30
     cells = set()
     for job in jobs:
         assert json.loads((job / "status.json").read_text())["status"] == "finished", job.name
