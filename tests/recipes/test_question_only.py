@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-import musique_models.models.question_only as question_only_model
+import musique_models.models.base as module_base
 from musique_models.cli.train import instantiate_recipe
 from musique_models.data.schema import Example
 from musique_models.evaluation.gold import gold_from_example
@@ -89,10 +89,8 @@ def test_fit_predict_and_load_on_every_sample(dataset: str, compose_train_cfg, t
     context = _context(cfg, tmp_path / "run")
     table = context.evaluation
     validated: list[dict[str, float]] = []  # what validation scored, with the evaluator's aggregation
-    aggregate = question_only_model.aggregate
-    monkeypatch.setattr(
-        question_only_model, "aggregate", lambda *args: validated.append(aggregate(*args)) or validated[-1]
-    )
+    aggregate = module_base.aggregate  # what every generating module validates with (log_validation_scores)
+    monkeypatch.setattr(module_base, "aggregate", lambda *args: validated.append(aggregate(*args)) or validated[-1])
     recipe = instantiate_recipe(cfg)
     predictor = recipe.fit(context)
     assert len(validated) == 1 and validated[0]["count"] == EVAL_QUESTIONS
