@@ -88,6 +88,24 @@ def question_source(tokenizer: Any, questions: list[str], max_question_tokens: i
     return tokenizer(texts, truncation=True, max_length=max_question_tokens + specials)["input_ids"]
 
 
+def start_token_id(tokenizer: Any) -> int | None:
+    """The id a generated sequence starts from: the start token (`<s>`, or `[CLS]` for a WordPiece tokenizer), else
+    the padding token (T5's decoder starts from it, as T5 was trained); None without any."""
+    return next(
+        (
+            token
+            for token in (tokenizer.bos_token_id, tokenizer.cls_token_id, tokenizer.pad_token_id)
+            if token is not None
+        ),
+        None,
+    )
+
+
+def end_token_id(tokenizer: Any) -> int | None:
+    """The id that ends a generated sequence: the end token (`</s>`), or `[SEP]` for a WordPiece tokenizer."""
+    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+
+
 def answer_type(answer: str) -> int:
     """0 for a span answer, 1 for yes, 2 for no (HotpotQA/2Wiki comparison questions)."""
     normalized = normalize_answer(answer)

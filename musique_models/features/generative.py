@@ -26,7 +26,7 @@ from typing import Any
 import datasets
 from transformers import PreTrainedTokenizerFast
 
-from musique_models.features.context import TITLE_SEPARATOR, FeaturizationError
+from musique_models.features.context import TITLE_SEPARATOR, FeaturizationError, end_token_id, start_token_id
 
 TARGET_FIELDS = ("answer", "support", "answerable")
 INSTRUCTION = (
@@ -212,7 +212,7 @@ def prompt_style(tokenizer: PreTrainedTokenizerFast, causal: bool, with_answerab
 def _sequence_ids(tokenizer: PreTrainedTokenizerFast) -> tuple[int | None, int]:
     """(start, end) token ids: what opens a decoder-only prompt (None: nothing) and what ends every target."""
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
-    end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    end = end_token_id(tokenizer)
     if end is None:
         raise FeaturizationError(f"tokenizer {tokenizer.name_or_path!r} has no end token (eos or sep)")
     return start, end
@@ -220,9 +220,9 @@ def _sequence_ids(tokenizer: PreTrainedTokenizerFast) -> tuple[int | None, int]:
 
 def decoder_start_id(tokenizer: PreTrainedTokenizerFast) -> int:
     """The id a seq2seq decoder starts from: the start token (`<s>`, `[CLS]`), or T5's padding token."""
-    for token in (tokenizer.bos_token_id, tokenizer.cls_token_id, tokenizer.pad_token_id):
-        if token is not None:
-            return token
+    start = start_token_id(tokenizer)
+    if start is not None:
+        return start
     raise FeaturizationError(f"tokenizer {tokenizer.name_or_path!r} has no start, cls or pad token")
 
 
@@ -271,6 +271,7 @@ def featurize_generative(
     to `max_target_tokens` tokens."""
     style = prompt_style(tokenizer, causal, with_answerability)
     start, end = _sequence_ids(tokenizer)
+    decoder_start = None if causal else decoder_start_id(tokenizer)
     shots = exemplar_pairs(exemplars, include_title, max_paragraph_tokens, tokenizer, style)
     questions, _ = clip_texts(tokenizer, [" ".join(q.split()) for q in batch["question"]], max_question_tokens)
     selected = batch.get("selected_idxs") or [None] * len(rows)
@@ -302,7 +303,7 @@ def featurize_generative(
             columns["prompt_length"].append(len(source))
         else:
             columns["input_ids"].append(source)
-            columns["labels"].append([decoder_start_id(tokenizer), *target_ids])
+            columns["labels"].append([decoder_start, *target_ids])
             columns["prompt_length"].append(0)
         columns["example_row"].append(row)
     return columns

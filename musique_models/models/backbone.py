@@ -40,7 +40,7 @@ from transformers import (
 )
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.features.context import PARAGRAPH_MARKER
+from musique_models.features.context import PARAGRAPH_MARKER, end_token_id, start_token_id
 from musique_models.io import file_sha256
 
 
@@ -203,15 +203,7 @@ def _generation_token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
     """The ids a seq2seq model generates with: it starts from the tokenizer's start token (`<s>`, or `[CLS]` for
     a WordPiece tokenizer; T5's tokenizer has neither and its decoder starts from the padding token, as T5 was
     trained) and stops at its end token (`</s>`, or `[SEP]`)."""
-    start = next(
-        (
-            token
-            for token in (tokenizer.bos_token_id, tokenizer.cls_token_id, tokenizer.pad_token_id)
-            if token is not None
-        ),
-        None,
-    )
-    end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    start, end = start_token_id(tokenizer), end_token_id(tokenizer)
     if start is None or end is None or tokenizer.pad_token_id is None:
         raise BackboneError(f"tokenizer {tokenizer.name_or_path!r} lacks a start (bos/cls), end (eos/sep) or pad token")
     return {
@@ -261,7 +253,7 @@ def load_causal_lm(spec: BackboneSpec, vocab_size: int, tokenizer: PreTrainedTok
     """A decoder-only language model (from the hub, a package, or random from a config: `model_type`, e.g. llama),
     its embeddings resized to `vocab_size`, generating until `tokenizer`'s end token and padding with its padding
     token; a checkpoint's own generation settings (sampling, temperature, ...) are dropped: decoding is greedy."""
-    end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    end = end_token_id(tokenizer)
     if end is None or tokenizer.pad_token_id is None:
         raise BackboneError(f"tokenizer {tokenizer.name_or_path!r} lacks an end (eos/sep) or a pad token")
     token_ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": end}
