@@ -46,11 +46,12 @@ bench: $(STAMP)
 	$(OFFLINE) $(PY) benchmarks/bench_predict.py
 	$(OFFLINE) $(PY) benchmarks/bench_generate.py
 	$(OFFLINE) $(PY) benchmarks/bench_t5_length.py
+	$(OFFLINE) $(PY) benchmarks/bench_selectors.py
 
-# Each model memorises 8 real training questions (about 90 minutes on 2 cores for the eight; Step Execution runs its
+# Each model memorises 8 real training questions (about 110 minutes on 2 cores for the nine; Step Execution runs its
 # executor and its decomposer).
 overfit: $(STAMP)
-	$(OFFLINE) $(PY) benchmarks/overfit.py model=select_answer,end2end,c_only,one_para,q_only,step_execution,select_generate,generative_reader
+	$(OFFLINE) $(PY) benchmarks/overfit.py model=select_answer,end2end,c_only,one_para,q_only,step_execution,select_generate,generative_reader,beam_select_answer
 
 # Caches only (parsed splits, features, converted backbones: all rebuilt on demand). Runs and checkpoints stay.
 clean:

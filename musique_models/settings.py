@@ -134,8 +134,26 @@ class GenerativeReaderSettings(GenerationSettings):
     lora_modules_to_save: Any = None
 
 
+@dataclass
+class BeamRetrieverSettings(StageSettings):
+    """Beam Retrieval (models/beam_retriever.py): `beam_size` chains kept per hop; hop inputs of at most
+    `max_length` tokens; `label_order`: the gold chain is ordered (MuSiQue's decomposition); a batch is
+    `micro_batch_size` QUESTIONS; `rows_per_forward` splits a hop's candidates into length-sorted forward passes;
+    `gradient_checkpointing` recomputes the encoder's activations in the backward pass (a question's hops hold
+    20 to 130 inputs). Gradients clipped by norm at 2.0, as the authors' `max_grad_norm`."""
+
+    beam_size: int = 2
+    max_length: int = 512
+    label_order: bool = False
+    gradient_checkpointing: bool = False
+    rows_per_forward: Optional[int] = None  # noqa: UP045
+    gradient_clip_algorithm: Optional[str] = "norm"  # noqa: UP045
+    gradient_clip_val: Optional[float] = 2.0  # noqa: UP045
+
+
 STAGE_SETTINGS: dict[str, type[StageSettings]] = {
     "selector": SelectorSettings,
+    "beam_retriever": BeamRetrieverSettings,
     "reader": ReaderSettings,
     "answerer": AnswererSettings,
     "q_only_answerer": QuestionOnlySettings,

@@ -39,7 +39,7 @@ from musique_models.models.selector import load_selector
 from musique_models.recipes.base import RunContext, decoded_predictions
 from musique_models.recipes.fitting import StageInputs, fit_stage
 from musique_models.recipes.reader import reader_monitor
-from musique_models.recipes.select_answer import FittedSelector, SelectAnswer, SelectorRanker, with_top_k
+from musique_models.recipes.select_answer import FittedRanker, FittedSelector, SelectAnswer, SelectorRanker, with_top_k
 from musique_models.run_files import EXEMPLARS_FILE, GENERATIONS_FILE
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
@@ -309,7 +309,7 @@ class SelectGenerate(SelectAnswer):
         stage: str,
         train: datasets.Dataset,
         evaluation: datasets.Dataset | None,
-        selector: FittedSelector,
+        selector: FittedRanker,
     ) -> FittedGenerativeReader:
         return fit_generative_stage(
             context, stage, self.answerer_cfg, train, evaluation, self.eval_batch_size, self.num_workers

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import datasets
 import torch
@@ -74,13 +74,43 @@ class FittedSelector:
         None: in memory)."""
         return featurize(table, featurize_selector, self.tokenizer, cache_dir, name, **self.settings)
 
+    def ranker(self, cfg: DictConfig, batch_size: int) -> SelectorRanker:
+        """The selector placed once for ranking under the run's config `cfg`."""
+        return SelectorRanker(self, cfg, batch_size)
+
+
+class Ranker(Protocol):
+    """What Select+Answer ranks paragraphs with: the paper's selector (`SelectorRanker`) or a chain retriever
+    (`recipes/beam.py`: `BeamRanker`)."""
+
+    def rank(
+        self, table: datasets.Dataset, cache_dir: str | None = None, name: str = "rank"
+    ) -> tuple[list[list[int]], Any]:
+        """Each row's paragraph idx, best first, and what `record` needs besides."""
+        ...
+
+    def record(self, table: datasets.Dataset, rankings: list[list[int]], details: Any, top_k: int | None) -> dict:
+        """The content of a ranking file (`selector_ranking.json`) for `rank`'s output over `table`."""
+        ...
+
+
+class FittedRanker(Protocol):
+    """A trained first stage of Select+Answer: its module (`selector`), its tokenizer, and its placed ranker."""
+
+    selector: Any
+    tokenizer: Any
+
+    def ranker(self, cfg: DictConfig, batch_size: int) -> Ranker:
+        """The stage placed once for ranking under the run's config `cfg`."""
+        ...
+
 
 @dataclass
 class FittedSelectAnswer:
-    """A trained selector and the answerer that reads its top K."""
+    """A trained selector and the answerer that reads its top K (None: all the paragraphs it ranks, a chain)."""
 
-    selector: FittedSelector
-    top_k: int
+    selector: FittedRanker
+    top_k: int | None
     answerer: FittedAnswerer
 
 
@@ -101,6 +131,12 @@ class SelectorRanker:
         )
         return [rankings.get(row, []) for row in range(len(table))], columns
 
+    def record(
+        self, table: datasets.Dataset, rankings: list[list[int]], details: dict[str, torch.Tensor], top_k: int | None
+    ) -> dict[str, Any]:
+        """A ranking file's content (`ranking_record`)."""
+        return ranking_record(table, rankings, details, top_k)
+
 
 def pair_scores(selector: BatchPredictor, pairs: datasets.Dataset) -> dict[str, torch.Tensor]:
     """The selector's output columns (example_row, paragraph_idx, score, label) over featurised pairs."""
@@ -108,9 +144,9 @@ def pair_scores(selector: BatchPredictor, pairs: datasets.Dataset) -> dict[str, 
     return {key: torch.cat([output[key] for output in outputs]) for key in outputs[0]}
 
 
-def ranking_metrics(columns: dict[str, torch.Tensor], top_k: int) -> dict[str, float]:
+def ranking_metrics(columns: dict[str, torch.Tensor], top_k: int | None) -> dict[str, float]:
     """recall@K (K = 2, 3, 5, 7 and `top_k`) and rank F1 of the selector's scores against the pairs' labels."""
-    metric = RankingMetric(ks=sorted({2, 3, 5, 7, top_k}))
+    metric = RankingMetric(ks=sorted({2, 3, 5, 7, *([top_k] if top_k else [])}))
     metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
     return {name: float(value) for name, value in metric.compute().items()}
 
@@ -129,12 +165,12 @@ class SelectAnswerPredictor:
         check_choice("model.support", support, SUPPORT_SOURCES)
         self.fitted = fitted
         self.support = support
-        self.ranker = SelectorRanker(fitted.selector, cfg, batch_size)
+        self.ranker = fitted.selector.ranker(cfg, batch_size)
         self.reader = fitted.answerer.predictor(cfg, batch_size)
         self.extra_metrics: dict[str, float] = {}
 
-    def select(self, table: datasets.Dataset) -> tuple[list[list[int]], dict[str, torch.Tensor]]:
-        """Each row's paragraph idx, best first (all of them), and the scored pairs."""
+    def select(self, table: datasets.Dataset) -> tuple[list[list[int]], Any]:
+        """Each row's paragraph idx, best first, and the ranker's details (the scored pairs; the chains' scores)."""
         return self.ranker.rank(table)
 
     def answer(self, table: datasets.Dataset) -> list[DecodedQuestion]:
@@ -148,24 +184,25 @@ class SelectAnswerPredictor:
     def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction]:
         """Rank, read, decode; writes `selector_ranking.json` (every row's ranking; recall@K and rank F1 when the
         table has labels) into `output_dir`."""
-        rankings, columns = self.select(table)
-        record = ranking_record(table, rankings, columns, self.fitted.top_k)
+        rankings, details = self.select(table)
+        record = self.ranker.record(table, rankings, details, self.fitted.top_k)
         if "metrics" in record:
             log.info("selector on %d questions: %s", len(table), record["metrics"])
         write_json(Path(output_dir) / RANKING_FILE, record)
         decoded = self._read(table, rankings)
         self.extra_metrics = self.reader.finish(output_dir)
-        read = [ranking[:1] for ranking in rankings] if self.support == "read" else None
+        read = [ranking[: self.fitted.top_k] for ranking in rankings] if self.support == "read" else None
         return decoded_predictions(table["id"], decoded, support=read)
 
 
-def with_top_k(table: datasets.Dataset, rankings: list[list[int]], top_k: int) -> datasets.Dataset:
-    """`table` with `selected_idxs`: each row's `top_k` best paragraphs, best first (what the answerer reads)."""
+def with_top_k(table: datasets.Dataset, rankings: list[list[int]], top_k: int | None) -> datasets.Dataset:
+    """`table` with `selected_idxs`: each row's `top_k` best paragraphs (None: all it ranks), best first (what the
+    answerer reads)."""
     return table.add_column("selected_idxs", [ranking[:top_k] for ranking in rankings])
 
 
 def ranking_record(
-    table: datasets.Dataset, rankings: list[list[int]], columns: dict[str, torch.Tensor], top_k: int
+    table: datasets.Dataset, rankings: list[list[int]], columns: dict[str, torch.Tensor], top_k: int | None
 ) -> dict[str, Any]:
     """A ranking file's content: K, each row's ranking by question id, and recall@K / rank F1 when the pairs have
     labels."""
@@ -184,14 +221,14 @@ class SelectAnswer:
     through overlapping windows of `max_length` tokens (`featurize_answerer`) otherwise. `yes_no`: `prefix`
     (official) or `head`, see `yes_no_setup`. `selector_positives`: what the selector learns to rank highest,
     `support` (the gold supporting paragraphs) or `answer` (those containing the answer: 1-Para); `support`: the
-    predicted support is the `answerer`'s, or the paragraph `read` (1-Para, K = 1).
+    predicted support is the `answerer`'s, or the paragraphs `read`, the top K (1-Para's one; Beam SA's chain).
     """
 
     def __init__(
         self,
         selector: DictConfig,
         answerer: DictConfig,
-        top_k: int,
+        top_k: int | None,
         yes_no: str = "prefix",
         selector_checkpoint: str | None = None,
         eval_batch_size: int = 32,
@@ -261,7 +298,7 @@ class SelectAnswer:
         selector = self._fit_selector(context, selector_stage)
         # The answerer trains on the selector's own top K over the training split (and validates on the evaluation
         # split's, when it validates). The selector's recall@K on each ranked split is written beside its stage.
-        ranker = SelectorRanker(selector, context.cfg, self.eval_batch_size)
+        ranker = selector.ranker(context.cfg, self.eval_batch_size)
         validates = bool(self.answerer_cfg.validate)
         splits = {"train": context.train, **({"eval": context.evaluation} if validates else {})}
         ranked = {split: self._rank(context, ranker, table, selector_stage, split) for split, table in splits.items()}
@@ -269,12 +306,12 @@ class SelectAnswer:
         fitted = FittedSelectAnswer(selector, self.top_k, answerer)
         return SelectAnswerPredictor(fitted, context.cfg, self.eval_batch_size, self.support)
 
-    def _fit_selector(self, context: RunContext, stage: str) -> FittedSelector:
+    def _fit_selector(self, context: RunContext, stage: str) -> FittedRanker:
         """Stage 1: the selector (or the reused `selector_checkpoint`), trained on balanced pairs (each question's
         gold paragraphs and as many negatives, drawn afresh every epoch; a batch is `micro_batch_size` questions),
         validated on every paragraph."""
         if self.selector_checkpoint:
-            return self._fitted_selector(load_selector(self.selector_checkpoint))
+            return self._load_selector(self.selector_checkpoint)
         backbone: BackboneSpec = instantiate(self.selector_cfg.backbone)
         tokenizer = load_tokenizer(backbone)
         selector = ParagraphSelector(
@@ -302,17 +339,21 @@ class SelectAnswer:
         )
         return FittedSelector(best, tokenizer, settings)
 
+    def _load_selector(self, path: str | Path) -> FittedRanker:
+        """The trained selector of checkpoint `path` (a run's best, or `selector_checkpoint`)."""
+        return self._fitted_selector(load_selector(str(path)))
+
     def _fitted_selector(self, selector: ParagraphSelector) -> FittedSelector:
         tokenizer = load_tokenizer(selector.hparams.backbone)
         return FittedSelector(selector, tokenizer, self._selector_settings(selector.hparams.backbone, tokenizer))
 
     def _rank(
-        self, context: RunContext, ranker: SelectorRanker, table: datasets.Dataset, stage: str, split: str
+        self, context: RunContext, ranker: Ranker, table: datasets.Dataset, stage: str, split: str
     ) -> datasets.Dataset:
         """`table` with each row's top K by the selector; the ranking is written to `<stage>/ranking_<split>.json`."""
-        rankings, columns = ranker.rank(table, features_cache(context), f"{stage}-{split}")
+        rankings, details = ranker.rank(table, features_cache(context), f"{stage}-{split}")
         write_json(
-            context.run_dir / stage / stage_ranking_file(split), ranking_record(table, rankings, columns, self.top_k)
+            context.run_dir / stage / stage_ranking_file(split), ranker.record(table, rankings, details, self.top_k)
         )
         return with_top_k(table, rankings, self.top_k)
 
@@ -322,7 +363,7 @@ class SelectAnswer:
         stage: str,
         train: datasets.Dataset,
         evaluation: datasets.Dataset | None,
-        selector: FittedSelector,
+        selector: FittedRanker,
     ) -> FittedAnswerer:
         """Stage 2: the answerer over the selected paragraphs (`selected_idxs`) of `train`, validated on
         `evaluation`'s when it is given."""
@@ -358,7 +399,7 @@ class SelectAnswer:
         """The best selector and answerer of the finished run in `run_dir` (`cfg`: its config); never trains. A
         run that reused a selector (`selector_checkpoint`) loads that one again."""
         selector_checkpoint = self.selector_checkpoint or finished_checkpoint(run_dir, f"{stage_prefix}selector")
-        selector = self._fitted_selector(load_selector(selector_checkpoint))
+        selector = self._load_selector(selector_checkpoint)
         fitted_answerer = self._load_answerer(cfg, finished_checkpoint(run_dir, f"{stage_prefix}answerer"))
         fitted = FittedSelectAnswer(selector, self.top_k, fitted_answerer)
         return SelectAnswerPredictor(fitted, cfg, self.eval_batch_size, self.support)

@@ -4,7 +4,8 @@ page (`RUN_DIR/errors.html`) to page through a run's evaluation split, question 
 Per question: the question, the gold answers against the predicted answer with its answer F1, every paragraph
 (title and text) with gold and predicted support marked, the gold decomposition (step, answer, supporting
 paragraph), and for Step Execution runs the executed steps (`steps.jsonl`) and the predicted decomposition
-(`decompositions.jsonl`), and for generative readers each raw generation (`generations.jsonl`). MuSiQue-Full twins (same id, answerable and not) are shown side by side with gold and
+(`decompositions.jsonl`), for generative readers each raw generation (`generations.jsonl`), and for Beam
+Retrieval each retrieved chain with its score per hop (`selector_ranking.json`). MuSiQue-Full twins (same id, answerable and not) are shown side by side with gold and
 predicted answerability. Filters: hops, answer correctness (F1 = 1 / partial / 0), support F1 range,
 answerability, text; a pager.
 
@@ -40,6 +41,7 @@ from musique_models.run_files import (
     METRICS_FILE,
     PAGE_FILE,
     PREDICTIONS_FILE,
+    RANKING_FILE,
     STEPS_FILE,
 )
 
@@ -150,6 +152,19 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
                 )
             generations[row] = {"text": record.get("generation", ""), "problems": record.get("problems", [])}
 
+    chains: dict[int, dict[str, Any]] = {}
+    ranking_file = run_dir / RANKING_FILE
+    if ranking_file.exists():  # Beam Retrieval's chains (a paper selector's ranking file has none), by row
+        for entry in json.loads(ranking_file.read_text(encoding="utf-8")).get("chains", []):
+            row = entry.get("row")
+            if not isinstance(row, int) or not 0 <= row < len(examples) or examples[row].id != entry.get("id"):
+                raise DataFormatError(
+                    "chain of no predicted row (row and id must match predictions.jsonl)",
+                    path=ranking_file,
+                    record_id=entry.get("id"),
+                )
+            chains[row] = {"chain": entry.get("chain", []), "hop_scores": entry.get("hop_scores", [])}
+
     texts: dict[str, int] = {}
     rows = []
     groups: dict[str, list[int]] = {}
@@ -171,6 +186,7 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
                 "steps": steps.get(index, []),
                 "predicted_decomposition": decompositions.get(example.id),
                 "generation": generations.get(index),
+                "chain": chains.get(index),
             }
         )
         groups.setdefault(example.id, []).append(index)
@@ -507,6 +523,16 @@ _JS = r"""
     if (g.problems && g.problems.length) add(box, el("div", "problems", "problems: " + g.problems.join("; ")));
     return box;
   }
+  function retrievedChain(c, byIdx) {
+    if (!c) return null;
+    var box = el("div");
+    add(box, el("h5", null, "retrieved chain"));
+    add(box, table(["hop", "paragraph", "score"], c.chain.map(function (idx, i) {
+      var score = c.hop_scores[i];
+      return [String(i + 1), paragraphLabel(byIdx, idx), score === null || score === undefined ? "-" : score.toFixed(3)];
+    })));
+    return box;
+  }
   function paragraphs(r, expand) {
     var box = el("div"), gold = new Set(r.gold_support_idxs), pred = new Set(r.predicted_support_idxs);
     r.paragraphs.forEach(function (p) {
@@ -536,6 +562,7 @@ _JS = r"""
     if (gd) add(p, el("h5", null, "gold decomposition"), gd);
     add(p, predictedDecomposition(r.predicted_decomposition));
     add(p, rawGeneration(r.generation));
+    add(p, retrievedChain(r.chain, byIdx));
     if (ex) add(p, el("h5", null, "executed steps"), ex);
     add(p, el("h5", null, "paragraphs (" + r.paragraphs.length + ")"), paragraphs(r, expand));
     return p;

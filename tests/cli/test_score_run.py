@@ -45,6 +45,7 @@ DATASET_OF = {
     "c_only": "musique_ans",
     "select_generate": "musique_full",
     "generative_reader": "hotpotqa_20k",
+    "beam_select_answer": "musique_full",
 }
 RUNS = {
     f"{model}-{DATASET_OF.get(model, 'musique_ans')}": [

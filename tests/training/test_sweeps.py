@@ -1,4 +1,4 @@
-"""Sweeps: the paper's grid as one multirun (`experiment=paper_grid`: the 30 systems of its tables, SA (T5) included, one job each;
+"""Sweeps: the paper's grid as one multirun (`experiment=paper_grid`: the 34 systems of its tables, SA (T5) and Beam SA included, one job each;
 `experiment=paper_grid_tiny`: the same grid on tiny backbones, run here) and the Optuna search over Select+Answer's
 learning rates and K (`hparams_search=select_answer_optuna`, two trials run here)."""
 
@@ -22,7 +22,12 @@ WITH_DECOMPOSITIONS = ["musique_ans", "musique_full", "2wiki_20k"]  # HotpotQA h
 PAPER_SYSTEMS = {
     *(
         (f"{prefix}_{dataset}", model, dataset)
-        for prefix, model in [("ee", "end2end"), ("sa", "select_answer"), ("sa_t5", "select_generate")]
+        for prefix, model in [
+            ("ee", "end2end"),
+            ("sa", "select_answer"),
+            ("sa_t5", "select_generate"),
+            ("beam_sa", "beam_select_answer"),
+        ]
         for dataset in DATASETS
     ),
     *(
@@ -47,7 +52,7 @@ def _sweep_jobs(overrides: list[str]) -> list[list[str]]:
 def test_the_paper_grid_lists_every_system_of_the_tables_once() -> None:
     jobs = _sweep_jobs(["experiment=paper_grid"])
     systems = [next(o.split("=", 1)[1] for o in job if o.startswith("+experiment@_global_=")) for job in jobs]
-    assert sorted(systems) == sorted(name for name, _, _ in PAPER_SYSTEMS) and len(systems) == 30
+    assert sorted(systems) == sorted(name for name, _, _ in PAPER_SYSTEMS) and len(systems) == 34
     shipped = {path.stem for path in (PROJECT_ROOT / "conf" / "experiment").glob("*.yaml")}
     assert shipped - set(systems) == {"decomposer_musique", "decomposer_2wiki", "paper_grid", "paper_grid_tiny"}
 
@@ -65,7 +70,7 @@ def test_the_tiny_paper_grid_runs_every_system_in_one_multirun(tmp_path: Path) -
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted((path for path in sweep_dir.iterdir() if path.is_dir()), key=lambda p: int(p.name.split("_")[0]))
-    assert len(jobs) == 30
+    assert len(jobs) == 34
     cells = set()
     for job in jobs:
         assert json.loads((job / "status.json").read_text())["status"] == "finished", job.name
