@@ -85,7 +85,9 @@ class BeamRetriever(QAModule):
     Args:
         backbone: the encoder.
         vocab_size: the tokenizer's size.
-        cls_token_id, sep_token_id, pad_token_id: the tokenizer's start, end and padding ids.
+        cls_token_id: the tokenizer's start token (`[CLS]`).
+        sep_token_id: the tokenizer's end token (`[SEP]`).
+        pad_token_id: the tokenizer's padding token.
         beam_size: chains kept at each hop (the authors: 2 on MuSiQue and HotpotQA, 1 on 2Wiki).
         max_length: tokens of a hop input, special tokens included (512).
         label_order: the gold chain is ordered (MuSiQue's decomposition): hop 1's positive is its first
