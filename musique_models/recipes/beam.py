@@ -116,6 +116,16 @@ class BeamSelectAnswer(SelectAnswer):
     """See the module docstring. `selector` holds the retriever's settings (`stage_settings/beam_retriever`);
     `top_k` is None: the answerer reads the whole chain, which is the predicted support (`support: read`)."""
 
+    def __init__(self, selector: DictConfig, answerer: DictConfig, top_k: int | None = None, **kwargs: Any) -> None:
+        if top_k is not None:
+            raise MusiqueModelsError(
+                f"model.top_k={top_k}: Beam SA's answerer reads the whole retrieved chain (model.top_k=null); "
+                "the chain's length is the question's hop count"
+            )
+        if int(selector.beam_size) < 1:
+            raise MusiqueModelsError(f"model.selector.beam_size={selector.beam_size}: a beam keeps at least 1 chain")
+        super().__init__(selector, answerer, top_k, **kwargs)
+
     def _retriever_settings(self, backbone: BackboneSpec) -> dict[str, Any]:
         return {
             "max_length": min(self.selector_cfg.max_length, backbone.max_length),

@@ -13,7 +13,7 @@ import pytest
 from hydra.utils import instantiate
 
 from musique_models.cli.train import instantiate_recipe, train
-from musique_models.errors import MusiqueModelsError
+from musique_models.errors import MusiqueModelsError, user_error_message
 from musique_models.evaluation.predictions import read_predictions
 from musique_models.features.beam import hop_count
 from musique_models.report.browse import build_page_data
@@ -105,3 +105,13 @@ def test_the_beam_sa_experiments_compose_to_the_authors_settings(
     assert (retriever.gradient_clip_algorithm, retriever.gradient_clip_val) == ("norm", 2.0)
     assert retriever.gradient_checkpointing
     assert cfg.model.answerer.backbone.name == "longformer_large" and cfg.model.top_k is None
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("model.top_k=3", "reads the whole retrieved chain"), ("model.selector.beam_size=0", "at least 1")],
+)
+def test_a_top_k_or_an_empty_beam_is_refused_before_training(override: str, message: str) -> None:
+    with pytest.raises(Exception) as raised:  # Hydra wraps it; the CLI prints the one line below
+        instantiate_recipe(compose_cfg("train", [*RUN, override]))
+    assert message in (user_error_message(raised.value) or "")
