@@ -14,6 +14,7 @@ trained (no candidate could be positive). The authors' code: github.com/canghong
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,7 @@ def unpack_questions(batch: dict[str, torch.Tensor]) -> list[BeamQuestion]:
         idxs = [int(i) for i in batch["candidate_idx"][b].tolist() if i >= 0]
         lengths = batch["candidate_lengths"][b][: len(idxs)].tolist()
         tokens = batch["candidate_tokens"][b].tolist()
-        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        starts = [0, *itertools.accumulate(lengths)][:-1]
         candidates = [tokens[start : start + length] for start, length in zip(starts, lengths)]
         gold = [int(p) for p in batch["gold_chain"][b].tolist() if p >= 0]
         questions.append(

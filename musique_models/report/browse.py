@@ -123,14 +123,7 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
     steps: dict[int, list[dict[str, Any]]] = {}
     if (run_dir / STEPS_FILE).exists():
         for line, step in _read_jsonl(run_dir / STEPS_FILE):
-            row = step.get("row")
-            if not isinstance(row, int) or not 0 <= row < len(examples) or examples[row].id != step.get("id"):
-                raise DataFormatError(
-                    "step of no predicted row (row and id must match predictions.jsonl)",
-                    path=run_dir / STEPS_FILE,
-                    line=line,
-                    record_id=step.get("id"),
-                )
+            row = _predicted_row(step, examples, "step", run_dir / STEPS_FILE, line)
             steps.setdefault(row, []).append({key: value for key, value in step.items() if key not in ("row", "id")})
     decompositions = {}
     if (run_dir / DECOMPOSITIONS_FILE).exists():
@@ -142,27 +135,14 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
     generations: dict[int, dict[str, Any]] = {}
     if (run_dir / GENERATIONS_FILE).exists():  # a generative reader's raw generations, by row
         for line, record in _read_jsonl(run_dir / GENERATIONS_FILE):
-            row = record.get("row")
-            if not isinstance(row, int) or not 0 <= row < len(examples) or examples[row].id != record.get("id"):
-                raise DataFormatError(
-                    "generation of no predicted row (row and id must match predictions.jsonl)",
-                    path=run_dir / GENERATIONS_FILE,
-                    line=line,
-                    record_id=record.get("id"),
-                )
+            row = _predicted_row(record, examples, "generation", run_dir / GENERATIONS_FILE, line)
             generations[row] = {"text": record.get("generation", ""), "problems": record.get("problems", [])}
 
     chains: dict[int, dict[str, Any]] = {}
     ranking_file = run_dir / RANKING_FILE
     if ranking_file.exists():  # Beam Retrieval's chains (a paper selector's ranking file has none), by row
         for entry in json.loads(ranking_file.read_text(encoding="utf-8")).get("chains", []):
-            row = entry.get("row")
-            if not isinstance(row, int) or not 0 <= row < len(examples) or examples[row].id != entry.get("id"):
-                raise DataFormatError(
-                    "chain of no predicted row (row and id must match predictions.jsonl)",
-                    path=ranking_file,
-                    record_id=entry.get("id"),
-                )
+            row = _predicted_row(entry, examples, "chain", ranking_file)
             chains[row] = {"chain": entry.get("chain", []), "hop_scores": entry.get("hop_scores", [])}
 
     texts: dict[str, int] = {}
@@ -202,6 +182,21 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
         "groups": list(groups.values()),
         "rows": rows,
     }
+
+
+def _predicted_row(
+    record: dict[str, Any], examples: list[Example], what: str, path: Path, line: int | None = None
+) -> int:
+    """The predicted row a side-file record names (`row`, checked against its `id`); a clear error otherwise."""
+    row = record.get("row")
+    if not isinstance(row, int) or not 0 <= row < len(examples) or examples[row].id != record.get("id"):
+        raise DataFormatError(
+            f"{what} of no predicted row (row and id must match predictions.jsonl)",
+            path=path,
+            line=line,
+            record_id=record.get("id"),
+        )
+    return row
 
 
 def embedded_json(data: Any) -> str:
