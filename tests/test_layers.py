@@ -1,4 +1,5 @@
-"""The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- report <- cli (entry points).
+"""The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- plan <- report <- cli
+(entry points).
 
 A module may import its own layer and the layers below it, never a layer above. `errors`, `io`, `run_files` (the
 run folder's file names), `settings` (the stages' typed settings), `systems` (the registry of the model configs'
@@ -14,7 +15,7 @@ import pytest
 
 from musique_models import PROJECT_ROOT
 
-LAYERS = ["data", "evaluation", "features", "models", "training", "recipes", "report", "cli"]
+LAYERS = ["data", "evaluation", "features", "models", "training", "recipes", "plan", "report", "cli"]
 FOUNDATION = {
     "musique_models",
     "musique_models.errors",

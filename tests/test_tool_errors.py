@@ -43,7 +43,16 @@ CASES = {
         [*EVALUATE, "predictions={tmp}/none.jsonl", f"gold={GOLD}"],
         "predictions file not found",
     ),
+    "evaluate-dire-min-paragraphs-not-a-number": (
+        [*EVALUATE, "mode=dire", f"predictions={PREDICTIONS}", f"gold={GOLD}", "dire_min_paragraphs=five"],
+        "dire_min_paragraphs='five': expected a whole number",
+    ),
+    "evaluate-min-paragraphs-without-dire": (
+        [*EVALUATE, f"predictions={PREDICTIONS}", f"gold={GOLD}", "dire_min_paragraphs=5"],
+        "applies to mode=dire only",
+    ),
     "probe-unknown-partition": ([*PROBE, "out={tmp}/probe.json", "partition=halves"], "partition=halves"),
+    "probe-bad-min-paragraphs": ([*PROBE, "out={tmp}/probe.json", "min_paragraphs=0"], "min_paragraphs=0: expected"),
     "probe-unknown-split": ([*PROBE, "out={tmp}/probe.json", "split=test"], "no split 'test'"),
     "probe-no-out": ([*PROBE], "out=PATH"),
     "probe-not-a-boolean": ([*PROBE[:-1], "dataset.sample=maybe", "out={tmp}/probe.json"], "not a boolean"),

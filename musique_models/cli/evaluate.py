@@ -9,6 +9,7 @@ from rich.console import Console
 
 from musique_models import PROJECT_ROOT
 from musique_models.data.formats import FORMATS
+from musique_models.data.probe import ProbeOptionError, check_min_paragraphs
 from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.evaluator import evaluate_dire_files, evaluate_files, metrics_table, write_report
 
@@ -42,10 +43,37 @@ def gold_layout(cfg: DictConfig) -> tuple[str | None, bool | None]:
     return dataset.format, bool(dataset.get("paired", False))
 
 
+def dire_min_paragraphs(cfg: DictConfig) -> int | None:
+    """The `dire_min_paragraphs` option: None (off) or a paragraph count, refused outside `mode=dire`."""
+    value = cfg.get("dire_min_paragraphs")
+    if value is None:
+        return None
+    if cfg.mode != "dire":
+        raise EvaluateConfigError(
+            f"dire_min_paragraphs={value} applies to mode=dire only (it leaves questions out of DiRe)"
+        )
+    try:
+        return check_min_paragraphs(value, "dire_min_paragraphs")
+    except ProbeOptionError as error:
+        raise EvaluateConfigError(str(error)) from None
+
+
+def print_dire_skips(metrics: dict[str, float], min_paragraphs: int | None) -> None:
+    """Say how many answerable questions `dire_min_paragraphs` left out of DiRe (nothing when it is off)."""
+    if min_paragraphs is not None:
+        print(
+            f"DiRe skipped {metrics['dire_skipped_count']:.0f} answerable questions with fewer than {min_paragraphs} "
+            f"paragraphs (dire_min_paragraphs={min_paragraphs}); DiRe averages over the other "
+            f"{metrics['dire_count']:.0f}"
+        )
+
+
 def check_options(cfg: DictConfig) -> None:
-    """Fail with one clear message on an unknown mode, a missing required path, or files given with `run=`."""
+    """Fail with one clear message on an unknown mode, a missing required path, files given with `run=`, or a bad
+    `dire_min_paragraphs`."""
     if cfg.mode not in MODES:
         raise EvaluateConfigError(f"unknown mode={cfg.mode}; expected mode=standard or mode=dire")
+    dire_min_paragraphs(cfg)
     if cfg.get("run"):
         given = [key for key in ("predictions", "gold", "probe_predictions", "format") if _given(cfg, key)]
         if given:
@@ -80,8 +108,11 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
         return score_run(cfg)
     data_format, paired = gold_layout(cfg)
+    min_paragraphs = dire_min_paragraphs(cfg)
     if cfg.mode == "dire":
-        report = evaluate_dire_files(cfg.gold, cfg.predictions, cfg.probe_predictions, data_format, paired)
+        report = evaluate_dire_files(
+            cfg.gold, cfg.predictions, cfg.probe_predictions, data_format, paired, min_paragraphs
+        )
     else:
         report = evaluate_files(cfg.predictions, cfg.gold, data_format, paired)
     output = Path(cfg.output) if cfg.output else default_output(cfg.predictions)
@@ -89,5 +120,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     # plain prints: paths are never wrapped, whatever the terminal's width (they are copied into commands)
     print(f"{cfg.predictions} scored against {cfg.gold}")
     Console().print(metrics_table(report.metrics, title=f"{cfg.mode} metrics"))
+    print_dire_skips(report.metrics, min_paragraphs)
     print(f"metrics: {output}\nper-question scores: {per_question}")
     return report.metrics

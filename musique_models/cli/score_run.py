@@ -5,8 +5,9 @@ never training), write the official prediction file and score it; `mode=dire` ad
     python evaluate.py run=RUN_DIR dataset=2wiki_20k dataset.sample=true split=dev   # another dataset's split
     python evaluate.py run=RUN_DIR split=test                      # an unlabelled test set: the leaderboard file
     python evaluate.py run=RUN_DIR mode=dire [partition=half]      # DiRe: the probes of the split, predicted
+    python evaluate.py run=RUN_DIR mode=dire dire_min_paragraphs=5 # DiRe without questions of < 5 paragraphs
 
-Everything goes to `output` (default `RUN_DIR/evaluations/<dataset>-<split>[-dire-<partition>]/`):
+Everything goes to `output` (default `RUN_DIR/evaluations/<dataset>-<split>[-dire-<partition>[-min<N>paragraphs]]/`):
 `predictions.jsonl` (official format, with `predicted_answer_confidence`), `metrics.json` and
 `metrics.per_question.jsonl` (not for an unlabelled split), the recipe's side files (`selector_ranking.json`,
 `decompositions.jsonl`, `steps.jsonl`), and with `mode=dire` the probe file in the dataset's own format
@@ -25,6 +26,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from musique_models.cli.evaluate import dire_min_paragraphs, print_dire_skips
 from musique_models.cli.train import (
     first_questions,
     instantiate_recipe,
@@ -102,9 +104,13 @@ def prediction_split(cfg: DictConfig, run_cfg: DictConfig) -> tuple[DatasetSourc
     return source, split, first_questions(table, eval_size) if eval_size else table
 
 
-def default_output_dir(run_dir: Path, source: DatasetSource, split: str, mode: str, partition: str) -> Path:
-    """`RUN_DIR/evaluations/<dataset>-<split>[-dire-<partition>]`."""
-    name = f"{source.name}-{split}" + (f"-dire-{partition}" if mode == "dire" else "")
+def default_output_dir(
+    run_dir: Path, source: DatasetSource, split: str, mode: str, partition: str, min_paragraphs: int | None = None
+) -> Path:
+    """`RUN_DIR/evaluations/<dataset>-<split>[-dire-<partition>[-min<N>paragraphs]]`."""
+    name = f"{source.name}-{split}"
+    if mode == "dire":
+        name += f"-dire-{partition}" + (f"-min{min_paragraphs}paragraphs" if min_paragraphs is not None else "")
     return run_dir / EVALUATIONS_FOLDER / name
 
 
@@ -113,6 +119,7 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     metrics (empty for an unlabelled split)."""
     quiet_libraries()
     partition = check_partition(cfg.get("partition") or "half")
+    min_paragraphs = dire_min_paragraphs(cfg)
     run = load_trained_run(cfg.run)
     set_threads(cfg.get("threads") if cfg.get("threads") is not None else run.cfg.trainer.get("threads"))
     source, split, table = prediction_split(cfg, run.cfg)
@@ -122,7 +129,9 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     if cfg.mode == "dire" and run.cfg.model_name == "decomposer":
         raise RunScoringError("mode=dire: the decomposer alone predicts no answers, so it has no DiRe scores")
     output_dir = (
-        Path(cfg.output) if cfg.get("output") else default_output_dir(run.run_dir, source, split, cfg.mode, partition)
+        Path(cfg.output)
+        if cfg.get("output")
+        else default_output_dir(run.run_dir, source, split, cfg.mode, partition, min_paragraphs)
     )
     output_dir.mkdir(parents=True, exist_ok=True)
     # plain prints: paths are never wrapped, whatever the terminal's width (they are copied into commands)
@@ -148,12 +157,14 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     if predictions is None:  # the decomposer alone: its own scores
         report = EvaluationReport({})
     elif cfg.mode == "dire":
-        report = dire_scores(run.predictor, source, table, golds, predictions, output_dir, partition)
+        report = dire_scores(run.predictor, source, table, golds, predictions, output_dir, partition, min_paragraphs)
     else:
         report = evaluate_predictions(golds, predictions)
     report.metrics.update(extra_metrics)
     per_question = write_report(report, output_dir / METRICS_FILE)
     Console().print(metrics_table(report.metrics, title=f"{run.cfg.model_name} on {source.name} {split}"))
+    if cfg.mode == "dire":
+        print_dire_skips(report.metrics, min_paragraphs)
     print(f"metrics: {output_dir / METRICS_FILE}\nper-question scores: {per_question}")
     return report.metrics
 
@@ -173,9 +184,12 @@ def check_prediction_ids(path: Path, table: datasets.Dataset) -> None:
         )
 
 
-def probe_table(examples: list[Example], partition: str) -> tuple[datasets.Dataset, list[tuple[str, int]]]:
-    """Both DiRe probes of every answerable example as one schema table, and each row's (question id, probe)."""
-    pairs = list(probe_instances(examples, partition))
+def probe_table(
+    examples: list[Example], partition: str, min_paragraphs: int | None = None
+) -> tuple[datasets.Dataset, list[tuple[str, int]]]:
+    """Both DiRe probes of every answerable example (with at least `min_paragraphs` paragraphs, when given) as one
+    schema table, and each row's (question id, probe)."""
+    pairs = list(probe_instances(examples, partition, min_paragraphs))
     table = datasets.Dataset.from_list([probe.to_dict() for _, _, probe in pairs], features=FEATURES)
     return table, [(example.id, number) for example, number, _ in pairs]
 
@@ -188,14 +202,17 @@ def dire_scores(
     predictions: list[Prediction],
     output_dir: Path,
     partition: str,
+    min_paragraphs: int | None = None,
 ) -> EvaluationReport:
-    """Predict both probes of every answerable question, write them beside the predictions and score DiRe
-    against the original predictions (`dire_report`: answer, support and joint DiRe, per hop)."""
+    """Predict both probes of every answerable question (those with at least `min_paragraphs` paragraphs, when
+    given), write them beside the predictions and score DiRe against the original predictions (`dire_report`:
+    answer, support and joint DiRe, per hop, with the dataset format's answer rules)."""
     examples = [Example.from_dict(row) for row in table]
     probe_file = output_dir / f"probe{source.data_format.file_suffix}"
-    write_probe_file(examples, source.data_format, probe_file, partition)
-    probes, keys = probe_table(examples, partition)
-    probe_outputs = predictor.predict(probes, output_dir / "probe")
+    write_probe_file(examples, source.data_format, probe_file, partition, min_paragraphs)
+    probes, keys = probe_table(examples, partition, min_paragraphs)
+    # every question skipped by min_paragraphs: nothing to predict
+    probe_outputs = predictor.predict(probes, output_dir / "probe") if keys else []
     assert probe_outputs is not None
     probe_predictions = [
         ProbePrediction(
@@ -209,7 +226,14 @@ def dire_scores(
     ]
     probe_path = output_dir / "probe_predictions.jsonl"
     write_predictions(probe_path, probe_predictions)
-    return dire_report(golds, predictions, list(enumerate(probe_predictions, start=1)), probe_path)
+    return dire_report(
+        golds,
+        predictions,
+        list(enumerate(probe_predictions, start=1)),
+        probe_path,
+        source.data_format.name,
+        min_paragraphs,
+    )
 
 
 def confidence_of(prediction: Prediction) -> float:

@@ -2,13 +2,20 @@
 its supporting paragraphs, written in the dataset's own format.
 
     python -m musique_models.data.probe dataset=hotpotqa_20k dataset.sample=true split=dev out=probe.json \
-        [partition=half|first_vs_rest|rest_vs_last]
+        [partition=half|first_vs_rest|rest_vs_last] [min_paragraphs=5]
 
 The two groups partition the supporting paragraphs: for two it is one paragraph each; for three or more the
 `partition` option decides (default `half`: the first half of the decomposition's support paragraphs, in step
-order, vs the rest). Probe k drops group k; the other group stays supporting. Paragraph idx keep their original
-values (HotpotQA/2Wiki probes record them in a `paragraph_idxs` field that the readers honour), every probe row
-carries `probe` (0 or 1) and the original question's id. Only answerable questions get probes.
+order, vs the rest). Probe k drops group k. Paragraph idx keep their original values (HotpotQA/2Wiki probes record
+them in a `paragraph_idxs` field that the readers honour), every probe row carries `probe` (0 or 1) and the
+original question's id. Only answerable questions get probes; `min_paragraphs=N` also skips the questions with
+fewer than N paragraphs (the official DiRe conversion skips HotpotQA questions with fewer than 5) and says how many.
+
+Support labels: in our probe rows the supporting labels (`is_supporting`, `supporting_facts`,
+`paragraph_support_idx`) mark the supporting paragraphs the probe KEEPS (the other group); the official DiRe probe
+files (`convert_datasets.py`, `delete_supporting_paragraph`) keep instead the supporting facts of the REMOVED
+paragraph. Every row says which in its `support_labels` field (`"kept"`). DiRe's scores do not depend on it: they
+are scored against the original question's full support.
 """
 
 from __future__ import annotations
@@ -23,7 +30,13 @@ from musique_models.data.schema import Example
 from musique_models.errors import DataFormatError, MusiqueModelsError, user_errors_exit
 
 PARTITIONS = ("half", "first_vs_rest", "rest_vs_last")
-USAGE = "python -m musique_models.data.probe dataset=NAME [split=dev] out=PATH [partition=half] [dataset.sample=true]"
+USAGE = (
+    "python -m musique_models.data.probe dataset=NAME [split=dev] out=PATH [partition=half] [min_paragraphs=N] "
+    "[dataset.sample=true]"
+)
+# The `support_labels` field of every probe row: its supporting labels mark the supporting paragraphs it keeps
+# (the official DiRe probe files mark the removed paragraph's supporting facts instead).
+SUPPORT_LABELS = "kept"
 
 
 class ProbeOptionError(MusiqueModelsError, ValueError):
@@ -35,6 +48,33 @@ def check_partition(partition: str) -> str:
     if partition not in PARTITIONS:
         raise ProbeOptionError(f"unknown partition={partition}; expected one of: {', '.join(PARTITIONS)}")
     return partition
+
+
+def check_min_paragraphs(value: object, option: str = "min_paragraphs") -> int | None:
+    """`value` as a paragraph count of at least 1 (an int, or its decimal text), None for None or ''; else
+    `ProbeOptionError` naming `option`."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProbeOptionError(f"{option}={value!r}: expected a whole number of paragraphs, at least 1 (e.g. 5)")
+    return value
+
+
+def has_too_few_paragraphs(paragraph_count: int, min_paragraphs: int | None) -> bool:
+    """Whether a question with `paragraph_count` paragraphs is left out of DiRe by the `min_paragraphs` option
+    (never when it is None)."""
+    return min_paragraphs is not None and paragraph_count < min_paragraphs
+
+
+def skipped_questions(examples: Iterable[Example], min_paragraphs: int | None) -> list[str]:
+    """Ids of the answerable examples that `min_paragraphs` leaves without probes."""
+    return [
+        example.id
+        for example in examples
+        if example.answerable and has_too_few_paragraphs(len(example.paragraphs), min_paragraphs)
+    ]
 
 
 def support_groups(example: Example, partition: str = "half") -> tuple[list[int], list[int]]:
@@ -69,21 +109,32 @@ def make_probes(example: Example, partition: str = "half") -> tuple[Example, Exa
     return probes[0], probes[1]
 
 
-def probe_instances(examples: Iterable[Example], partition: str = "half") -> Iterator[tuple[Example, int, Example]]:
-    """(original example, probe number 0 or 1, probe) for both probes of every answerable example, in order."""
+def probe_instances(
+    examples: Iterable[Example], partition: str = "half", min_paragraphs: int | None = None
+) -> Iterator[tuple[Example, int, Example]]:
+    """(original example, probe number 0 or 1, probe) for both probes of every answerable example, in order
+    (probe 0 first), leaving out the examples with fewer than `min_paragraphs` paragraphs when it is given."""
     for example in examples:
-        if example.answerable:
+        if example.answerable and not has_too_few_paragraphs(len(example.paragraphs), min_paragraphs):
             for number, probe in enumerate(make_probes(example, partition)):
                 yield example, number, probe
 
 
 def write_probe_file(
-    examples: Sequence[Example], data_format: DataFormat | str, output: str | Path, partition: str = "half"
+    examples: Sequence[Example],
+    data_format: DataFormat | str,
+    output: str | Path,
+    partition: str = "half",
+    min_paragraphs: int | None = None,
 ) -> int:
-    """Write the probes of every answerable example in `data_format`'s own layout; returns the number of rows."""
+    """Write the probes of every answerable example (with at least `min_paragraphs` paragraphs, when given) in
+    `data_format`'s own layout, each row with `probe` and `support_labels`; returns the number of rows."""
     if isinstance(data_format, str):
         data_format = get_format(data_format)
-    rows = [data_format.record(probe, probe=number) for _, number, probe in probe_instances(examples, partition)]
+    rows = [
+        data_format.record(probe, probe=number, support_labels=SUPPORT_LABELS)
+        for _, number, probe in probe_instances(examples, partition, min_paragraphs)
+    ]
     data_format.write(output, rows)
     return len(rows)
 
@@ -96,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from musique_models import PROJECT_ROOT
 
     arguments = list(sys.argv[1:] if argv is None else argv)
-    options = {"split": "dev", "out": None, "partition": "half"}
+    options = {"split": "dev", "out": None, "partition": "half", "min_paragraphs": None}
     overrides = []
     for argument in arguments:
         key, _, value = argument.partition("=")
@@ -107,12 +158,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not options["out"]:
         raise ProbeOptionError(f"out=PATH is required; usage: {USAGE}")
     check_partition(options["partition"])  # before loading anything
+    min_paragraphs = check_min_paragraphs(options["min_paragraphs"])
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     source = instantiate(cfg.dataset)
     examples = source.examples(options["split"])
-    count = write_probe_file(examples, source.data_format, options["out"], options["partition"])
+    count = write_probe_file(examples, source.data_format, options["out"], options["partition"], min_paragraphs)
     print(f"wrote {count} probe rows ({count // 2} questions) of {source.name} {options['split']} to {options['out']}")
+    if min_paragraphs is not None:
+        skipped = len(skipped_questions(examples, min_paragraphs))
+        print(f"skipped {skipped} answerable questions with fewer than {min_paragraphs} paragraphs (min_paragraphs)")
 
 
 if __name__ == "__main__":

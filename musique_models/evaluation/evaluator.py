@@ -9,14 +9,16 @@ from typing import Any
 
 from rich.table import Table
 
+from musique_models.data.probe import has_too_few_paragraphs
 from musique_models.errors import DataFormatError
-from musique_models.evaluation.gold import GoldInstance, read_gold
+from musique_models.evaluation.gold import GoldInstance, read_gold, sniff_format
 from musique_models.evaluation.metrics import (
     DireQuestionResult,
     InstanceResult,
     aggregate,
     aggregate_dire,
     answer_scores,
+    dire_answer_scores,
     dire_question_result,
     support_scores,
 )
@@ -96,8 +98,16 @@ def dire_results(
     predictions: Sequence[Prediction],
     probe_predictions: Sequence[tuple[int, ProbePrediction]],
     probe_path: str | Path,
+    data_format: str | None = None,
+    min_paragraphs: int | None = None,
 ) -> list[DireQuestionResult]:
-    """DiRe scores of every answerable gold question, from its original prediction and its two probe predictions."""
+    """DiRe scores of every answerable gold question, from its original prediction and its two probe predictions.
+
+    `probe_predictions` are `(line, probe prediction)` pairs (lines of `probe_path`, named in errors; the earlier
+    line of a question's two counts as listed first, which wins a confidence tie). `data_format` picks the answer
+    rules (`dire_answer_scores`: HotpotQA's for 'hotpotqa'). With `min_paragraphs`, questions with fewer
+    paragraphs are left out (their probe predictions, if any, are checked and ignored).
+    """
     probes: dict[str, dict[int, tuple[int, ProbePrediction]]] = {}
     answerable = {gold.id: gold for gold in golds if gold.answerable}
     for line, probe in probe_predictions:
@@ -131,7 +141,12 @@ def dire_results(
                 field="predicted_support_idxs",
             )
         probes[probe.id][probe.probe] = (line, probe)
-    incomplete = [question_id for question_id in answerable if len(probes.get(question_id, {})) != 2]
+    scored = {
+        question_id: gold
+        for question_id, gold in answerable.items()
+        if not has_too_few_paragraphs(len(gold.paragraph_idxs), min_paragraphs)
+    }
+    incomplete = [question_id for question_id in scored if len(probes.get(question_id, {})) != 2]
     if incomplete:
         raise DataFormatError(
             f"{len(incomplete)} answerable questions lack probe 0 or 1: " + ", ".join(repr(i) for i in incomplete[:5]),
@@ -139,19 +154,21 @@ def dire_results(
         )
     results = []
     for gold, prediction in zip(golds, predictions):
-        if not gold.answerable:
+        if gold.id not in scored or not gold.answerable:
             continue
-        pair = [probes[gold.id][number][1] for number in (0, 1)]
+        listed = [probe for _, probe in sorted(probes[gold.id].values(), key=lambda pair: pair[0])]
         results.append(
             dire_question_result(
                 question_id=gold.id,
                 num_hops=gold.num_hops,
                 gold_support=gold.support_idxs,
-                original_answer=answer_scores(prediction.predicted_answer, gold.answers),
+                original_answer=dire_answer_scores(prediction.predicted_answer, gold.answers, data_format),
                 original_support=support_scores(prediction.predicted_support_idxs, gold.support_idxs),
-                probe_answers=[answer_scores(probe.predicted_answer, gold.answers) for probe in pair],
-                probe_confidences=[probe.predicted_answer_confidence for probe in pair],
-                probe_supports=[probe.predicted_support_idxs for probe in pair],
+                probe_answers=[
+                    dire_answer_scores(probe.predicted_answer, gold.answers, data_format) for probe in listed
+                ],
+                probe_confidences=[probe.predicted_answer_confidence for probe in listed],
+                probe_supports=[probe.predicted_support_idxs for probe in listed],
             )
         )
     return results
@@ -162,12 +179,22 @@ def dire_report(
     predictions: Sequence[Prediction],
     probe_predictions: Sequence[tuple[int, ProbePrediction]],
     probe_path: str | Path,
+    data_format: str | None = None,
+    min_paragraphs: int | None = None,
 ) -> EvaluationReport:
-    """The standard metrics plus DiRe's, with DiRe's scores added to each answerable question's per-question row
-    (`probe_predictions`: `(line, probe prediction)`, lines of `probe_path`, named in errors)."""
+    """The standard metrics (every question) plus DiRe's (`dire_results`), with DiRe's scores added to each scored
+    question's per-question row. With `min_paragraphs`, `dire_skipped_count` counts the answerable questions left
+    out of DiRe and their rows get `dire_skipped: true`."""
     report = evaluate_predictions(golds, predictions)
-    results = dire_results(golds, predictions, probe_predictions, probe_path)
+    results = dire_results(golds, predictions, probe_predictions, probe_path, data_format, min_paragraphs)
     report.metrics.update(aggregate_dire(results))
+    skipped = {
+        gold.id
+        for gold in golds
+        if gold.answerable and has_too_few_paragraphs(len(gold.paragraph_idxs), min_paragraphs)
+    }
+    if min_paragraphs is not None:
+        report.metrics["dire_skipped_count"] = float(len(skipped))
     by_id = {result.id: result for result in results}
     for row in report.per_question:
         result = by_id.get(row["id"])
@@ -175,6 +202,8 @@ def dire_report(
             row.update(
                 dire_answer_f1=result.answer.f1, dire_support_f1=result.support.f1, dire_joint_f1=result.joint.f1
             )
+        elif row["id"] in skipped and row["answerable"]:
+            row["dire_skipped"] = True
     return report
 
 
@@ -184,13 +213,17 @@ def evaluate_dire_files(
     probe_path: str | Path,
     data_format: str | None = None,
     paired: bool | None = None,
+    min_paragraphs: int | None = None,
 ) -> EvaluationReport:
     """`dire_report` of a gold file, its prediction file and its probe prediction file (`data_format` and `paired`
-    as in `evaluate_files`)."""
+    as in `evaluate_files`; the gold file's format, given or detected, picks DiRe's answer rules)."""
     with gc_paused():
         golds = read_gold(gold_path, data_format, paired)
+        gold_format = data_format or sniff_format(gold_path).name
         predictions = align_predictions(golds, read_predictions(predictions_path), predictions_path)
-        return dire_report(golds, predictions, read_probe_predictions(probe_path), probe_path)
+        return dire_report(
+            golds, predictions, read_probe_predictions(probe_path), probe_path, gold_format, min_paragraphs
+        )
 
 
 def write_report(report: EvaluationReport, output: str | Path, per_question_output: str | Path | None = None) -> Path:

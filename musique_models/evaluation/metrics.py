@@ -1,8 +1,9 @@
 """The one metrics implementation: answer, support, answerability, paired MuSiQue-Full and DiRe scores.
 
 Definitions follow the official MuSiQue evaluator (StonyBrookNLP/musique, `evaluate_v1.0.py` and `metrics/`)
-and DiRe (StonyBrookNLP/dire, `metrics/probe_*`). Floats are kept at full precision (the official script
-rounds to 3 decimals when it prints).
+and DiRe (StonyBrookNLP/dire, `metrics/probe_*` and `evaluation_scripts/evaluate_probe_of_original_dataset.py`,
+whose answer scores are HotpotQA's own: `hotpot_evaluate_v1.py`'s `f1_score`). Floats are kept at full precision
+(the official scripts round when they print).
 """
 
 from __future__ import annotations
@@ -37,8 +38,12 @@ def _common_token_count(left: list[str], right: list[str]) -> int:
     return sum(min(left.count(token), right.count(token)) for token in set(right))
 
 
-def _token_scores(predicted_tokens: list[str], gold_tokens: list[str], em: float) -> Scores:
-    if not gold_tokens or not predicted_tokens:
+# HotpotQA's answer F1 gives these normalised answers no partial credit: F1 0 unless prediction and gold are equal.
+HOTPOTQA_EXACT_ONLY_ANSWERS = frozenset({"yes", "no", "noanswer"})
+
+
+def _token_scores(predicted_tokens: list[str], gold_tokens: list[str], em: float, hotpotqa_rules: bool) -> Scores:
+    if not hotpotqa_rules and (not gold_tokens or not predicted_tokens):
         agree = float(gold_tokens == predicted_tokens)
         return Scores(agree, agree, agree, em)
     same = _common_token_count(predicted_tokens, gold_tokens)
@@ -49,21 +54,41 @@ def _token_scores(predicted_tokens: list[str], gold_tokens: list[str], em: float
     return Scores(precision, recall, 2 * precision * recall / (precision + recall), em)
 
 
-def answer_scores(prediction: str, golds: Sequence[str]) -> Scores:
+def answer_scores(prediction: str, golds: Sequence[str], hotpotqa_rules: bool = False) -> Scores:
     """EM and F1 are each the max over `golds` (the answer and its aliases), as the official evaluator does.
 
-    Precision and recall (used by DiRe's joint score) are those of the gold with the best F1.
+    Precision and recall (used by DiRe's joint score) are those of the gold with the best F1. `hotpotqa_rules`:
+    HotpotQA's own F1 (`hotpot_evaluate_v1.py`'s `f1_score`, which DiRe's official scorer uses): precision, recall
+    and F1 are 0 when the normalised prediction or gold is yes / no / noanswer and the two differ, and when they
+    share no token (two empty answers too); EM is unchanged.
     """
     normalized_prediction = normalize_answer(prediction)
     predicted_tokens = normalized_prediction.split()
     per_gold = []
     for gold in golds:
         normalized_gold = normalize_answer(gold)
-        per_gold.append(
-            _token_scores(predicted_tokens, normalized_gold.split(), float(normalized_prediction == normalized_gold))
-        )
+        em = float(normalized_prediction == normalized_gold)
+        if (
+            hotpotqa_rules
+            and not em
+            and (normalized_prediction in HOTPOTQA_EXACT_ONLY_ANSWERS or normalized_gold in HOTPOTQA_EXACT_ONLY_ANSWERS)
+        ):
+            per_gold.append(Scores(0.0, 0.0, 0.0, em))
+        else:
+            per_gold.append(_token_scores(predicted_tokens, normalized_gold.split(), em, hotpotqa_rules))
     best = max(per_gold, key=lambda scores: scores.f1)
     return Scores(best.precision, best.recall, best.f1, max(scores.em for scores in per_gold))
+
+
+# The data formats whose DiRe answer scores follow the official DiRe scorer's HotpotQA rules.
+DIRE_HOTPOTQA_RULES_FORMATS = ("hotpotqa",)
+
+
+def dire_answer_scores(prediction: str, golds: Sequence[str], data_format: str | None) -> Scores:
+    """The answer scores DiRe picks and caps with (probe and original predictions alike): HotpotQA's rules
+    (`answer_scores(..., hotpotqa_rules=True)`) for the HotpotQA format, as the official DiRe scorer; the standard
+    ones for every other format (and for None)."""
+    return answer_scores(prediction, golds, hotpotqa_rules=data_format in DIRE_HOTPOTQA_RULES_FORMATS)
 
 
 def support_scores(predicted: Iterable[int], gold: Iterable[int]) -> Scores:
@@ -224,16 +249,19 @@ def dire_question_result(
     probe_confidences: Sequence[float],
     probe_supports: Sequence[Iterable[int]],
 ) -> DireQuestionResult:
-    """Score one question's two probe predictions as DiRe does.
+    """Score one question's two probe predictions as the official DiRe scorer does.
 
-    `probe_answers` are the answer scores of the two probe predictions. The probe answer is probe 0's if its
-    confidence is strictly higher, else probe 1's; the probe support is the union of both probes' predicted
+    `probe_answers` (answer scores), `probe_confidences` and `probe_supports` are the two probe predictions in the
+    order they are listed (the probe prediction file's lines). The probe answer is the second listed's only if its
+    confidence is strictly higher, else the first listed's: a tie takes the first listed, as the official scorer
+    (it pops each question's predictions from the end of its list, so its `store[1]`, taken unless `store[0]` is
+    strictly more confident, is the first listed). The probe support is the union of both probes' predicted
     supports, scored against all gold supporting paragraphs. Each score is then capped by the same score of the
     prediction on the original question.
     """
     if len(probe_answers) != 2 or len(probe_confidences) != 2 or len(probe_supports) != 2:
         raise ValueError(f"id {question_id!r}: DiRe needs exactly two probe predictions")
-    chosen = 0 if probe_confidences[0] > probe_confidences[1] else 1
+    chosen = 1 if probe_confidences[1] > probe_confidences[0] else 0
     probe_support = support_scores(set(probe_supports[0]) | set(probe_supports[1]), gold_support)
     return DireQuestionResult(
         id=question_id,

@@ -21,6 +21,7 @@ from musique_models.evaluation.metrics import (
     aggregate,
     aggregate_dire,
     answer_scores,
+    dire_answer_scores,
     dire_question_result,
     support_scores,
 )
@@ -133,14 +134,24 @@ class MultihopQAMetric(Metric):
 
 
 class DireMetric(Metric):
-    """DiRe answer, support and joint scores: original predictions plus two probe predictions per question."""
+    """DiRe answer, support and joint scores: original predictions plus two probe predictions per question.
+
+    Args:
+        golds: the split's gold instances, indexed by row.
+        data_format: the gold data's format, which picks the answer rules (`dire_answer_scores`: HotpotQA's for
+            'hotpotqa', as `evaluate.py mode=dire`).
+
+    Probe 0 counts as listed first (the order in which probe files and `evaluate.py run= mode=dire` list them), so
+    a confidence tie takes probe 0's answer.
+    """
 
     full_state_update = False
     higher_is_better = True
 
-    def __init__(self, golds: Sequence[GoldInstance], **kwargs) -> None:
+    def __init__(self, golds: Sequence[GoldInstance], data_format: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.golds = list(golds)
+        self.data_format = data_format
         # originals: row, answer p/r/f1/em, support p/r/f1/em
         self.add_state("originals", default=[], dist_reduce_fx="cat")
         # probes: row * 2 + probe, confidence, answer p/r/f1/em, support bitmask
@@ -156,7 +167,7 @@ class DireMetric(Metric):
             values.append(
                 [
                     float(row),
-                    *_scores_row(answer_scores(answer, gold.answers)),
+                    *_scores_row(dire_answer_scores(answer, gold.answers, self.data_format)),
                     *_scores_row(support_scores(support, gold.support_idxs)),
                 ]
             )
@@ -181,7 +192,7 @@ class DireMetric(Metric):
                 [
                     float(int(row) * 2 + int(probe)),
                     float(confidence),
-                    *_scores_row(answer_scores(answer, gold.answers)),
+                    *_scores_row(dire_answer_scores(answer, gold.answers, self.data_format)),
                     float(_support_bitmask(support)),
                 ]
             )

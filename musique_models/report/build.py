@@ -8,6 +8,7 @@ from pathlib import Path
 
 from musique_models.io import atomic_open
 from musique_models.report.groups import group_runs
+from musique_models.report.paper import PAPER_RESULTS, load_paper_results
 from musique_models.report.plot import plot_report
 from musique_models.report.runs import (
     ReportError,
@@ -17,15 +18,14 @@ from musique_models.report.runs import (
     find_wandb_online,
 )
 from musique_models.report.tables import (
-    PAPER_RESULTS,
     dire_markdown,
     latex_table,
-    load_paper_results,
     markdown_table,
     per_hop_markdown,
+    reference_markdown,
 )
 
-REPORT_FILES = ("table.md", "table.tex", "per_hop.md", "dire.md", "report.png")
+REPORT_FILES = ("table.md", "table.tex", "per_hop.md", "dire.md", "paper.md", "report.png")
 
 
 def default_out_dir() -> Path:
@@ -55,15 +55,16 @@ def collect_runs(
 
 
 def write_report(runs: Sequence[RunRecord], out_dir: str | Path, paper_file: str | Path = PAPER_RESULTS) -> Path:
-    """Write table.md, table.tex, per_hop.md, dire.md and report.png into `out_dir` (each atomically)."""
+    """Write table.md, table.tex, per_hop.md, dire.md, paper.md and report.png into `out_dir` (each atomically)."""
     out_dir = Path(out_dir)
     paper = load_paper_results(paper_file)
     groups = group_runs(runs)
     texts = {
         "table.md": markdown_table(groups, paper),
         "table.tex": latex_table(groups, paper),
-        "per_hop.md": per_hop_markdown(groups),
+        "per_hop.md": per_hop_markdown(groups, paper),
         "dire.md": dire_markdown(groups, paper),
+        "paper.md": reference_markdown(paper),
     }
     for name, text in texts.items():
         with atomic_open(out_dir / name) as handle:

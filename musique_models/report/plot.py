@@ -1,6 +1,7 @@
 """report.png: bars of An and Sp per run group (system, dataset and what sets the group apart), each bar labelled
 with its value; a zero is drawn as a visible zero and a missing score as "n/a"; the paper's figures as diamonds
-beside the groups comparable with the paper."""
+beside the groups comparable with the paper; the paper's human score (Table 4, dev) as a dashed line across each
+bar of a dataset that has one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 from musique_models.io import atomic_open
 from musique_models.report.groups import RunGroup
-from musique_models.report.tables import DATASET_LABELS, METRIC_KEYS, Paper, mean_std
+from musique_models.report.paper import HUMAN_SCORE, PaperFigures
+from musique_models.report.tables import DATASET_LABELS, METRIC_KEYS, mean_std
 
 FIGURE_INCHES = (12, 5)
 FIGURE_DPI = 100
@@ -26,7 +28,7 @@ ZERO_BAR = 0.6
 TICK_CHARACTERS = 180
 
 
-def plot_report(groups: Sequence[RunGroup], paper: Paper, path: str | Path) -> None:
+def plot_report(groups: Sequence[RunGroup], paper: PaperFigures, path: str | Path) -> None:
     """Write the bar chart (1200 x 500 px) atomically: one group of bars per run group."""
     import matplotlib
 
@@ -43,14 +45,14 @@ def plot_report(groups: Sequence[RunGroup], paper: Paper, path: str | Path) -> N
         handle.write(buffer.getvalue())
 
 
-def draw_report(axes: Any, groups: Sequence[RunGroup], paper: Paper) -> None:
-    """Draw the bars, their value labels and the paper's diamonds on matplotlib `axes`."""
+def draw_report(axes: Any, groups: Sequence[RunGroup], paper: PaperFigures) -> None:
+    """Draw the bars, their value labels, the paper's diamonds and the human score's lines on matplotlib `axes`."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     legend = [Patch(facecolor=f"C{offset}", edgecolor="black", label=m) for offset, m in enumerate(PLOTTED_METRICS)]
     labels = []
-    drew_paper = False
+    drew_paper = drew_human = False
     for position, group in enumerate(groups):
         label = f"{group.row_label}, {DATASET_LABELS.get(group.dataset, group.dataset)}"
         labels.append(textwrap.fill(label, width=max(12, TICK_CHARACTERS // max(1, len(groups)))))
@@ -64,15 +66,23 @@ def draw_report(axes: Any, groups: Sequence[RunGroup], paper: Paper) -> None:
                 axes.text(x, height + (std or 0) + 1, f"{mean:.1f}", ha="center", va="bottom", fontsize=7)
             else:
                 axes.text(x, 1, "n/a", ha="center", va="bottom", fontsize=7, color="gray")
-            figure_value = paper.get((group.system, group.dataset, metric)) if group.comparable else None
-            if figure_value is not None:
-                axes.plot(x, figure_value, marker="D", color="black", linestyle="none")
+            figure = paper.main(group.system, group.dataset, metric) if group.comparable else None
+            if figure is not None:
+                axes.plot(x, figure.value, marker="D", color="black", linestyle="none")
                 drew_paper = True
+            human = paper.main(HUMAN_SCORE, group.dataset, metric)
+            if human is not None:
+                half = BAR_WIDTH / 2
+                axes.hlines(human.value, x - half, x + half, colors=f"C{offset}", linestyles="dashed", linewidth=1.5)
+                drew_human = True
     if drew_paper:
         legend.append(Line2D([], [], marker="D", color="black", linestyle="none", label="the paper"))
+    if drew_human:
+        legend.append(Line2D([], [], color="gray", linestyle="dashed", label="human score (paper, dev)"))
     axes.set_xticks(range(len(groups)), labels, fontsize=7)
     axes.set_ylabel("F1 x 100")
-    axes.set_ylim(0, 105)
+    axes.set_ylim(0, 118)  # room above 100 for the legend, in one row
     title = "An and Sp per run group (bars: ours, mean ± std over seeds"
-    axes.set_title(title + ("; diamonds: the paper)" if drew_paper else ")"))
-    axes.legend(handles=legend, loc="upper right")
+    title += "; diamonds: the paper" * drew_paper + "; dashed: the human score" * drew_human
+    axes.set_title(title + ")")
+    axes.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=8)

@@ -14,10 +14,20 @@ from typing import Any
 import yaml
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.run_files import CONFIG_FILE, EVALUATIONS_FOLDER, METRICS_FILE, PROVENANCE_FILE, STATUS_FILE
+from musique_models.run_files import (
+    CONFIG_FILE,
+    EVALUATIONS_FOLDER,
+    METRICS_FILE,
+    PREDICTIONS_FILE,
+    PROVENANCE_FILE,
+    STATUS_FILE,
+)
 from musique_models.systems import system_name
 
 DIRE_METRICS_GLOB = f"{EVALUATIONS_FOLDER}/*-dire-*/{METRICS_FILE}"
+# `evaluate.py run=RUN split=test` writes `evaluations/<dataset>-test/predictions.jsonl`, the leaderboard's file
+LEADERBOARD_SUFFIX = "-test"
+LEADERBOARD_GLOB = f"{EVALUATIONS_FOLDER}/*{LEADERBOARD_SUFFIX}/{PREDICTIONS_FILE}"
 # model name in the run's config -> the paper's row; Step Execution depends on its executor
 WANDB_METRIC_PREFIX = "test/"
 
@@ -31,7 +41,8 @@ class RunRecord:
     """One finished run: where it comes from, the paper row and dataset it belongs to, its scores, its resolved
     config and its provenance (`provenance.json`; empty for runs made before runs recorded it), and when it was
     made (seconds since the epoch: a run folder's metrics file, a wandb run's start; 0 when unknown), which decides
-    which of a repeated seed's runs counts."""
+    which of a repeated seed's runs counts; `leaderboard_files`: dataset -> the unscored test-set prediction file
+    that `evaluate.py run=RUN split=test` wrote (run folders only)."""
 
     source: str
     system: str
@@ -43,6 +54,17 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     made_at: float = 0.0
+    leaderboard_files: dict[str, str] = field(default_factory=dict)
+
+
+def leaderboard_files(folder: Path) -> dict[str, str]:
+    """dataset -> `evaluations/<dataset>-test/predictions.jsonl` of a run folder, for each test split predicted and
+    not scored (no metrics file beside it: the split is unlabelled)."""
+    return {
+        path.parent.name.removesuffix(LEADERBOARD_SUFFIX): str(path)
+        for path in sorted(folder.glob(LEADERBOARD_GLOB))
+        if not (path.parent / METRICS_FILE).is_file()
+    }
 
 
 def no_row_warning(source: Any, config: Mapping[str, Any]) -> str:
@@ -104,7 +126,7 @@ def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list
                 continue
             config = yaml.safe_load(config_path.read_text()) or {}
             dire = {}
-            for dire_path in sorted(folder.glob(DIRE_METRICS_GLOB)):
+            for dire_path in sorted(folder.glob(DIRE_METRICS_GLOB), key=_default_dire_last):
                 dire.update(_read_json(dire_path))
             record = record_from_config(
                 str(folder),
@@ -117,8 +139,15 @@ def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list
             if record is None:
                 warnings.append(no_row_warning(folder, config))
                 continue
+            record.leaderboard_files = leaderboard_files(folder)
             records.append(record)
     return records, warnings
+
+
+def _default_dire_last(path: Path) -> tuple[bool, str]:
+    """DiRe folders in name order, those scored with `dire_min_paragraphs` (`...-min5paragraphs`) first: the
+    default scoring's metrics, read last, are the ones the report shows."""
+    return (not path.parent.name.endswith("paragraphs"), str(path))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from musique_models.report.groups import RunGroup, backbones
+from musique_models.report.paper import HUMAN_SCORE, HUMAN_UPPER_BOUND, PaperFigure, PaperFigures
 from musique_models.systems import system_rank
 
-PAPER_RESULTS = Path(__file__).with_name("paper_results.yaml")
 DATASET_LABELS = {
     "musique_ans": "MuSiQue-Ans",
     "hotpotqa_20k": "HotpotQA",
@@ -33,20 +31,15 @@ COLUMNS = [
     *((dataset, metric) for dataset in ("musique_ans", "hotpotqa_20k", "2wiki_20k") for metric in ("An", "Sp")),
     *(("musique_full", metric) for metric in ("An", "Sp", "Sf", "An+Sf", "Sp+Sf")),
 ]
+# Table 5's columns (the hidden test set)
+TEST_COLUMNS = [("musique_ans", "An"), ("musique_ans", "Sp"), ("musique_full", "An+Sf"), ("musique_full", "Sp+Sf")]
+# the human-model gap: Table 4's datasets
+GAP_DATASETS = ("musique_ans", "hotpotqa_20k", "2wiki_20k")
+# rows of the paper's figures alone that are not systems of ours, after the systems, in this order
+REFERENCE_ROWS = ("RNN", HUMAN_SCORE, HUMAN_UPPER_BOUND)
 MISSING = "–"
+REPOSITORY_MARK = "†"
 HOPS = ("", "_2hop", "_3hop", "_4hop")
-
-Paper = dict[tuple[str | None, str, str], float]
-
-
-def load_paper_results(path: str | Path = PAPER_RESULTS) -> Paper:
-    """The paper's figures: (system, dataset, metric) -> value (F1 x 100)."""
-    figures = yaml.safe_load(Path(path).read_text())["figures"]
-    return {
-        (figure["system"], figure["dataset"], figure["metric"]): float(figure["value"])
-        for figure in figures
-        if figure.get("value") is not None
-    }
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -63,38 +56,58 @@ def format_ours(values: Sequence[float], plus_minus: str = "±") -> str:
     return f"{mean:.1f}" if std is None else f"{mean:.1f} {plus_minus} {std:.1f} (n={len(values)})"
 
 
-def format_paper(values: Sequence[float], paper: float | None) -> str:
+def format_figure(figure: PaperFigure) -> str:
+    """`42.3`, or `34.4†` for a figure from the official repository rather than the paper."""
+    return f"{figure.value:.1f}" + (REPOSITORY_MARK if figure.source == "repository" else "")
+
+
+def format_paper(values: Sequence[float], paper: PaperFigure | None) -> str:
     """`(64.8, -62.0)`: the paper's figure and ours minus it; `(64.8)` with no run, `(–)` with no figure."""
     if paper is None:
         return f"({MISSING})"
     if not values:
-        return f"({paper:.1f})"
-    return f"({paper:.1f}, {mean_std(values)[0] - paper:+.1f})"
+        return f"({format_figure(paper)})"
+    return f"({format_figure(paper)}, {mean_std(values)[0] - paper.value:+.1f})"
 
 
-# A table row: its label, whether it is set beside the paper, and per column (our values, the paper's figure).
-Row = tuple[str, bool, list[tuple[list[float], float | None]]]
+@dataclass
+class TableRow:
+    """A row of table.md: its label and system, whether it is set beside the paper, whether it holds the paper's
+    figures alone (no run of ours comparable with them), and per column (our values, the paper's figure)."""
+
+    label: str
+    system: str
+    comparable: bool
+    paper_only: bool
+    cells: list[tuple[list[float], PaperFigure | None]]
 
 
-def table_rows(groups: Sequence[RunGroup], paper: Paper) -> list[Row]:
+def _row_order(row: TableRow) -> tuple[int, int, bool, str]:
+    reference = REFERENCE_ROWS.index(row.system) if row.system in REFERENCE_ROWS else -1
+    return (system_rank(row.system), reference, not row.comparable, row.label)
+
+
+def table_rows(groups: Sequence[RunGroup], paper: PaperFigures) -> list[TableRow]:
     """One row per row label (the groups of one system with the same marker and label, one per dataset), in the
-    paper's system order; a paper system without a comparable group gets a row of its figures alone."""
+    paper's system order; a system of the paper's tables (the RNN baseline and the human rows included) without a
+    comparable group gets a row of its figures alone, after the systems for the rows that are not ours."""
     by_label: dict[str, list[RunGroup]] = {}
     for group in groups:
         by_label.setdefault(group.row_label, []).append(group)
-    paper_systems = {system for system, _, metric in paper if system is not None and metric in METRIC_KEYS}
-    for system in paper_systems - {g.system for g in groups if g.comparable}:
-        by_label.setdefault(system, [])
+    comparable_systems = {group.system for group in groups if group.comparable}
     rows = []
     for label, members in by_label.items():
-        system = members[0].system if members else label
-        comparable = not members or members[0].comparable
+        system, comparable = members[0].system, members[0].comparable
         cells = []
         for dataset, metric in COLUMNS:
             values = [v for g in members if g.dataset == dataset for v in g.values(METRIC_KEYS[metric])]
-            cells.append((values, paper.get((system, dataset, metric)) if comparable else None))
-        rows.append((label, comparable, cells))
-    return sorted(rows, key=lambda row: (system_rank(row[0].split()[0]), not row[1], row[0]))
+            cells.append((values, paper.main(system, dataset, metric) if comparable else None))
+        rows.append(TableRow(label, system, comparable, False, cells))
+    for system in paper.systems("dev"):
+        if system not in comparable_systems:
+            cells = [([], paper.main(system, dataset, metric)) for dataset, metric in COLUMNS]
+            rows.append(TableRow(system, system, True, True, cells))
+    return sorted(rows, key=_row_order)
 
 
 def legend(groups: Sequence[RunGroup]) -> list[str]:
@@ -123,25 +136,34 @@ def legend(groups: Sequence[RunGroup]) -> list[str]:
     return lines
 
 
-def markdown_table(groups: Sequence[RunGroup], paper: Paper) -> str:
-    """table.md: the paper's layout; each cell `ours (paper, ours - paper)` on rows comparable with the paper,
-    `ours` on the others."""
+def markdown_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
+    """table.md: the paper's layout on the dev split (each cell `ours (paper, ours - paper)` on rows comparable
+    with the paper, `ours` on the others), the human-model gap, Table 5 (test) beside our leaderboard files, and the
+    legend."""
     header = ["system", *(f"{DATASET_LABELS[d]} {m}" for d, m in COLUMNS)]
     lines = [
-        "# Results against the paper (F1 x 100, dev)",
+        "# Results against the paper (F1 x 100, dev split)",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
-    for label, comparable, cells in table_rows(groups, paper):
-        rendered = [f"{format_ours(v)} {format_paper(v, p)}" if comparable else format_ours(v) for v, p in cells]
-        lines.append("| " + " | ".join([label, *rendered]) + " |")
+    for row in table_rows(groups, paper):
+        rendered = [
+            f"{format_ours(v)} {format_paper(v, p)}" if row.comparable else format_ours(v) for v, p in row.cells
+        ]
+        lines.append("| " + " | ".join([row.label, *rendered]) + " |")
     lines += [
         "",
-        "Each cell: ours (the paper's figure, ours minus the paper). "
-        f"{MISSING}: no run, or no figure found (musique_models/report/paper_results.yaml says where each comes from). "
-        f"A row named by the system alone with cells `{MISSING} (figure)` holds the paper's figures for a system that "
-        "has no run here comparable with the paper.",
+        "Each cell: ours (the paper's figure, ours minus the paper). The figures are dev-split figures: the paper's "
+        f"Table 4 for MuSiQue-Ans, HotpotQA and 2Wiki; for MuSiQue-Full ({REPOSITORY_MARK}) the official repository's "
+        "dev scores of its released predictions (the paper's MuSiQue-Full figures are on the hidden test set, "
+        f"Table 5, below). {MISSING}: no run, or no figure in the source. A row named by the system alone with cells "
+        f"`{MISSING} (figure)` holds the source's figures for a system that has no run here comparable with them. "
+        f"musique_models/report/paper_results.yaml gives each figure's source, table and split.",
+        "",
+        *gap_markdown(groups, paper),
+        *hidden_test_markdown(groups, paper),
+        "## The rows and their runs",
         "",
         *legend(groups),
         "",
@@ -149,22 +171,103 @@ def markdown_table(groups: Sequence[RunGroup], paper: Paper) -> str:
     return "\n".join(lines)
 
 
-def latex_table(groups: Sequence[RunGroup], paper: Paper) -> str:
+def gap_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> list[str]:
+    """The paper's headline: the human score against the best model, per dataset and metric (Table 4, dev), and
+    our best run comparable with the paper against the same human score."""
+    lines = [
+        "## The human-model gap (F1 x 100, dev split, the paper's Table 4)",
+        "",
+        "| dataset | metric | human score | human upper bound | the paper's best model | gap | our best run | gap |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    models = [system for system in paper.systems("dev") if system not in (HUMAN_SCORE, HUMAN_UPPER_BOUND)]
+    for dataset in GAP_DATASETS:
+        for metric in ("An", "Sp"):
+            human = paper.main(HUMAN_SCORE, dataset, metric)
+            if human is None:
+                continue
+            upper = paper.main(HUMAN_UPPER_BOUND, dataset, metric)
+            figures = [f for f in (paper.main(system, dataset, metric) for system in models) if f is not None]
+            best = max(figures, key=lambda figure: figure.value, default=None)
+            ours = [
+                (mean_std(g.values(METRIC_KEYS[metric]))[0], g.row_label)
+                for g in groups
+                if g.comparable and g.dataset == dataset and g.values(METRIC_KEYS[metric])
+            ]
+            our_best = max(ours, default=None)
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        DATASET_LABELS[dataset],
+                        metric,
+                        format_figure(human),
+                        format_figure(upper) if upper else MISSING,
+                        f"{format_figure(best)} ({best.system})" if best else MISSING,
+                        f"{human.value - best.value:.1f}" if best else MISSING,
+                        f"{our_best[0]:.1f} ({our_best[1]})" if our_best else MISSING,
+                        f"{human.value - our_best[0]:.1f}" if our_best else MISSING,
+                    ]
+                )
+                + " |"
+            )
+    lines += [
+        "",
+        "gap: the human score minus the model's. Our best run: the best mean over seeds of the groups comparable "
+        "with the paper (official files, the whole dev split, the 20K training subsample).",
+        "",
+    ]
+    return lines
+
+
+def hidden_test_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> list[str]:
+    """Table 5 (the hidden test set) in a table of its own, each system beside the leaderboard files its runs wrote
+    (`evaluate.py run=RUN split=test`): test figures are never set beside a dev score."""
+    files: dict[str, list[str]] = {}
+    for group in groups:
+        for run in group.runs:
+            for dataset, path in sorted(run.leaderboard_files.items()):
+                label = f"{group.row_label}, {DATASET_LABELS.get(dataset, dataset)}: {path}"
+                files.setdefault(group.system, []).append(label)
+    systems = paper.systems("test") + [system for system in files if system not in paper.systems("test")]
+    header = ["system", *(f"{DATASET_LABELS[d]} {m}" for d, m in TEST_COLUMNS), "our leaderboard files"]
+    lines = [
+        "## The hidden test set: the paper's Table 5 beside our leaderboard files (F1 x 100, test split)",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for system in sorted(systems, key=system_rank):
+        figures = [paper.main(system, dataset, metric, "test") for dataset, metric in TEST_COLUMNS]
+        cells = [format_figure(f) if f else MISSING for f in figures]
+        lines.append("| " + " | ".join([system, *cells, "<br>".join(files.get(system, [])) or MISSING]) + " |")
+    lines += [
+        "",
+        "The test split's labels are hidden: our runs are scored by the leaderboards (leaderboard.allenai.org) from "
+        "the prediction files that `python evaluate.py run=RUN split=test` writes, listed here per system.",
+        "",
+    ]
+    return lines
+
+
+def latex_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
     """table.tex: the same table as a LaTeX tabular; each cell `ours {\\small (paper, diff)}` where comparable."""
 
     def escape(text: str) -> str:
         return text.replace("&", "\\&").replace("_", "\\_").replace("#", "\\#").replace("%", "\\%")
 
-    def cell(values: list[float], figure: float | None, comparable: bool) -> str:
+    def cell(values: list[float], figure: PaperFigure | None, comparable: bool) -> str:
         ours = format_ours(values, plus_minus="$\\pm$").replace("–", "--")
         if not comparable:
             return ours
-        return f"{ours} {{\\scriptsize {format_paper(values, figure).replace('–', '--')}}}"
+        paper_text = format_paper(values, figure).replace("–", "--").replace(REPOSITORY_MARK, "$^\\dagger$")
+        return f"{ours} {{\\scriptsize {paper_text}}}"
 
     datasets = list(dict.fromkeys(d for d, _ in COLUMNS))
     spans = [sum(1 for d, _ in COLUMNS if d == dataset) for dataset in datasets]
     lines = [
-        "% Results against the paper (F1 x 100, dev); cell: ours (paper, ours - paper) on rows comparable with it",
+        "% Results against the paper (F1 x 100, dev split); cell: ours (paper, ours - paper) on rows comparable with it;",
+        "% the paper's Table 4, and for MuSiQue-Full ($^\\dagger$) the official repository's dev scores",
         "\\begin{tabular}{l" + "r" * len(COLUMNS) + "}",
         "\\toprule",
         " & "
@@ -173,8 +276,8 @@ def latex_table(groups: Sequence[RunGroup], paper: Paper) -> str:
         "System & " + " & ".join(escape(m) for _, m in COLUMNS) + " \\\\",
         "\\midrule",
     ]
-    for label, comparable, cells in table_rows(groups, paper):
-        lines.append(escape(label) + " & " + " & ".join(cell(v, p, comparable) for v, p in cells) + " \\\\")
+    for row in table_rows(groups, paper):
+        lines.append(escape(row.label) + " & " + " & ".join(cell(v, p, row.comparable) for v, p in row.cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", *("% " + escape(line) for line in legend(groups) if line), ""]
     return "\n".join(lines)
 
@@ -183,9 +286,33 @@ def _metric_names(metrics: dict[str, float]) -> list[str]:
     return [name for name in metrics if not any(name.endswith(s) for s in HOPS[1:])]
 
 
-def per_hop_markdown(groups: Sequence[RunGroup]) -> str:
-    """per_hop.md: every metric by all / 2 / 3 / 4 hops, per group (mean ± std over its seeds)."""
+def per_hop_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
+    """per_hop.md: the paper's per-hop figures, then every metric by all / 2 / 3 / 4 hops per group (mean ± std
+    over its seeds), with the paper's per-hop figures beside a group comparable with them."""
     lines = ["# Every metric by hops (x100; counts as numbers)", ""]
+    keyed = list(dict.fromkeys((f.system, f.dataset, f.metric) for f in paper if f.hops is not None))
+    if keyed:
+        lines += [
+            "## The paper's per-hop figures (F1 x 100, dev split)",
+            "",
+            "| system | dataset | metric | all | 2hop | 3hop | 4hop | source |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for system, dataset, metric in keyed:
+            cells = _paper_hop_cells(paper, system, dataset, metric)
+            sources = "; ".join(
+                dict.fromkeys(
+                    figure.where
+                    for figure in [
+                        paper.main(system, dataset, metric),
+                        *paper.per_hop(system, dataset, metric).values(),
+                    ]
+                    if figure is not None
+                )
+            )
+            label = DATASET_LABELS.get(dataset, dataset)
+            lines.append(f"| {system} | {label} | {metric} | " + " | ".join(cells) + f" | {sources} |")
+        lines.append("")
     for group in groups:
         lines += [f"## {group.row_label} on {DATASET_LABELS.get(group.dataset, group.dataset)}", ""]
         lines += [f"Runs: {', '.join(run.source for run in group.runs)}", ""]
@@ -203,8 +330,20 @@ def per_hop_markdown(groups: Sequence[RunGroup]) -> str:
                 else:
                     cells.append(format_ours(values))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            paper_metric = next((m for m, key in METRIC_KEYS.items() if key == name), None)
+            if group.comparable and paper_metric and paper.per_hop(group.system, group.dataset, paper_metric):
+                paper_cells = _paper_hop_cells(paper, group.system, group.dataset, paper_metric)
+                lines.append(f"| {name}: the paper (dev) | " + " | ".join(paper_cells) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _paper_hop_cells(paper: PaperFigures, system: str, dataset: str, metric: str) -> list[str]:
+    """The paper's figure of all questions and of 2, 3 and 4 hops (`–` where it gives none)."""
+    overall = paper.main(system, dataset, metric)
+    hops = paper.per_hop(system, dataset, metric)
+    cells = [format_figure(overall) if overall else MISSING]
+    return cells + [format_figure(hops[n]) if n in hops else MISSING for n in (2, 3, 4)]
 
 
 # (metric, whether it is a DiRe score): each original beside its DiRe score; joint DiRe has no original counterpart
@@ -215,10 +354,12 @@ DIRE_ROWS = [
     ("dire_support_f1", True),
     ("dire_joint_f1", True),
 ]
+DIRE_PAPER_METRICS = {"dire_answer_f1": "DiRe An", "dire_support_f1": "DiRe Sp"}
 
 
-def dire_markdown(groups: Sequence[RunGroup], paper: Paper) -> str:
-    """dire.md: for the runs scored with `evaluate.py mode=dire`, the DiRe scores beside the original ones."""
+def dire_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
+    """dire.md: for the runs scored with `evaluate.py mode=dire`, the DiRe scores beside the original ones (and
+    the paper's, for a group comparable with them); then the paper's DiRe figures."""
     lines = ["# DiRe probe scores beside the original scores (x100)", ""]
     with_dire = [g for g in groups if any(run.dire_metrics for run in g.runs)]
     if not with_dire:
@@ -235,20 +376,105 @@ def dire_markdown(groups: Sequence[RunGroup], paper: Paper) -> str:
                     values = [(r.dire_metrics if is_dire else r.metrics).get(key) for r in scored]
                     cells.append(format_ours([v for v in values if v is not None]))
                 lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
+                paper_metric = DIRE_PAPER_METRICS.get(name)
+                figure = paper.main(group.system, group.dataset, paper_metric) if paper_metric else None
+                if figure is not None and group.comparable:
+                    paper_cells = [format_figure(figure), MISSING, MISSING, MISSING]
+                    lines.append(f"| {label} | {name}: the paper (dev) | " + " | ".join(paper_cells) + " |")
         lines.append("")
-    figures = {dataset: value for (_, dataset, metric), value in paper.items() if metric == "DiRe-An"}
+    figures = [f for f in paper if f.metric in DIRE_PAPER_METRICS.values() and f.setting is None]
     if figures:
-        lines.append(
-            "The paper's DiRe answer F1 (see paper_results.yaml): "
-            + ", ".join(f"{DATASET_LABELS[d]} {v:.1f}" for d, v in figures.items())
-            + "."
-        )
+        lines += [
+            "## The paper's DiRe scores (F1 x 100)",
+            "",
+            "| system | dataset | metric | value | source |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {f.system} | {DATASET_LABELS.get(f.dataset, f.dataset)} | {f.metric} | {format_figure(f)} | "
+                f"{f.where} |"
+                for f in figures
+            ),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+REFERENCE_TABLES = (
+    ("Table 3", "Human performance"),
+    ("Table 6", "Ablations of MuSiQue's construction"),
+    ("Table 7", "Distractors: how many and which"),
+    ("text, Sections 7-8", "Figures from the paper's text"),
+)
+
+
+def reference_markdown(paper: PaperFigures) -> str:
+    """paper.md: the paper's tables that no run here reproduces (human performance, the construction ablations, the
+    text's figures), each cell with its split, for reference."""
+    lines = [
+        "# The paper's other figures, for reference (F1 x 100)",
+        "",
+        "No run here reproduces these setups (the ablations rebuild the dataset). Every figure is read from "
+        "musique_models/report/paper_results.yaml, which cites its source, table and split.",
+        "",
+    ]
+    for table, title in REFERENCE_TABLES:
+        figures = [f for f in paper.in_table(table) if f.hops is None]
+        if not figures:
+            continue
+        splits = sorted({f.split or "split not stated" for f in figures})
+        datasets = list(dict.fromkeys(DATASET_LABELS.get(f.dataset, f.dataset) for f in figures))
+        if len(datasets) == 1:
+            title = f"{title}, {datasets[0]}"
+        rows = list(dict.fromkeys(_reference_row(f, len(datasets) > 1) for f in figures))
+        columns = list(dict.fromkeys((f.system, f.metric) for f in figures))
+        lines += [
+            f"## {table}: {title} ({', '.join(splits)})",
+            "",
+            "| setting | " + " | ".join(f"{system} {metric}" for system, metric in columns) + " |",
+            "|---|" + "---|" * len(columns),
+        ]
+        for row in rows:
+            cells = []
+            for system, metric in columns:
+                match = [
+                    f
+                    for f in figures
+                    if (_reference_row(f, len(datasets) > 1), f.system, f.metric) == (row, system, metric)
+                ]
+                cells.append(", ".join(f"{f.value:+.1f}" if f.kind == "gain" else f"{f.value:.1f}" for f in match))
+            lines.append(f"| {row} | " + " | ".join(cell or MISSING for cell in cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
 
+def _reference_row(figure: PaperFigure, with_dataset: bool) -> str:
+    """A reference table's row: the setting, and its dataset where the table has several
+    (`trained on the full training set (HotpotQA)`)."""
+    dataset = DATASET_LABELS.get(figure.dataset, figure.dataset)
+    if not figure.setting:
+        return dataset
+    return f"{figure.setting} ({dataset})" if with_dataset else figure.setting
+
+
+def parse_markdown_tables(text: str) -> list[list[dict[str, Any]]]:
+    """Every markdown table in `text`, each as its rows {header: cell} (used to check the report)."""
+    tables: list[list[str]] = []
+    previous_was_row = False
+    for line in text.splitlines():
+        is_row = line.startswith("|")
+        if is_row and not previous_was_row:
+            tables.append([])
+        if is_row:
+            tables[-1].append(line)
+        previous_was_row = is_row
+    return [_table_rows(lines) for lines in tables]
+
+
 def parse_markdown_table(text: str) -> list[dict[str, Any]]:
     """The rows of the first markdown table in `text` as {header: cell} (used to check the report)."""
-    lines = [line for line in text.splitlines() if line.startswith("|")]
+    return parse_markdown_tables(text)[0]
+
+
+def _table_rows(lines: list[str]) -> list[dict[str, Any]]:
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True)) for line in lines[2:]]

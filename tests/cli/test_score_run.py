@@ -259,3 +259,23 @@ def test_step_execution_and_the_decomposer_alone_predict_an_unlabelled_test_set(
     assert not (alone / "evaluations" / "2wiki_20k-test" / "predictions.jsonl").exists()
     with pytest.raises(RunScoringError, match="no DiRe"):
         evaluate_run(alone, "mode=dire")
+
+
+def test_dire_min_paragraphs_on_a_trained_run(tmp_path: Path, capsys) -> None:
+    """`evaluate.py run=RUN mode=dire dire_min_paragraphs=5` on the first 30 HotpotQA dev questions (the 28th has 2
+    paragraphs): that question gets no probes, DiRe counts it as skipped and averages over the other 29, as the
+    evaluator does on the written files."""
+    run = trained_run(tmp_path, "one_para-hotpotqa_20k")
+    dire = evaluate_run(run, "mode=dire", "eval_size=30", "dire_min_paragraphs=5")
+    folder = run / "evaluations" / "hotpotqa_20k-dev-dire-half-min5paragraphs"
+    assert dire["dire_skipped_count"] == 1 and dire["dire_count"] == 29 and dire["count"] == 30
+    assert "DiRe skipped 1 answerable questions with fewer than 5 paragraphs" in capsys.readouterr().out
+    probes = json.loads((folder / "probe.json").read_text())
+    short = "5abd259d55429924427fcf1a"
+    assert len(probes) == 58 and short not in {probe["_id"] for probe in probes}
+    assert short not in {probe["id"] for probe in read_jsonl(folder / "probe_predictions.jsonl")}
+    gold = gold_subset("hotpotqa_20k", 30, tmp_path / "gold.json")
+    from_files = evaluate_dire_files(
+        gold, folder / "predictions.jsonl", folder / "probe_predictions.jsonl", min_paragraphs=5
+    )
+    assert {key: dire[key] for key in from_files.metrics} == from_files.metrics

@@ -32,7 +32,7 @@ def run_rank(rank: int, world_size: int, port: int, cases: dict, output_dir: str
                 )
             results[name] = {key: value.item() for key, value in metric.compute().items()}
             if "probes" in case:
-                dire = DireMetric(golds)
+                dire = DireMetric(golds, data_format=case["data_format"])
                 dire.update(
                     indices,
                     [predictions[i]["predicted_answer"] for i in indices],

@@ -279,6 +279,7 @@ def test_dire_scores_on_the_hotpotqa_sample(tmp_path: Path) -> None:
     # The probes' supports together are the gold support: DiRe support 1, capped by the perfect original.
     assert report.metrics["dire_support_f1"] == 1.0 and report.metrics["dire_joint_f1"] == 0.0
     assert report.metrics["answer_f1"] == 1.0 and report.metrics["dire_count"] == 53
+    assert "dire_skipped_count" not in report.metrics  # the skip is off by default
 
 
 def test_dire_cli_on_musique_full_skips_unanswerable(tmp_path: Path) -> None:
@@ -359,8 +360,65 @@ def test_probe_files_keep_original_idx_in_the_dataset_format(dataset, relative, 
             assert probe.id == example.id
             assert [p.idx for p in probe.paragraphs] == [p.idx for p in example.paragraphs if p.idx not in removed]
             assert all(by_idx[p.idx].title == p.title and by_idx[p.idx].text == p.text for p in probe.paragraphs)
+            # our convention: the labels mark the supporting paragraphs the probe keeps (the other group)
+            assert probe.supporting_idxs == sorted(support_groups(example)[1 - probe_number])
         if data_format == "2wiki":
             assert [s.question for s in probes[2 * number].decomposition] == [s.question for s in example.decomposition]
+    text = output.read_text()
+    rows = json.loads(text) if text.startswith("[") else [json.loads(line) for line in text.splitlines()]
+    assert {row["support_labels"] for row in rows} == {"kept"} and [row["probe"] for row in rows[:2]] == [0, 1]
+
+
+def test_probe_tool_skips_questions_with_few_paragraphs_and_says_how_many(tmp_path: Path) -> None:
+    output = tmp_path / "probe.json"
+    result = run_python(
+        [
+            "-m",
+            "musique_models.data.probe",
+            "dataset=hotpotqa_20k",
+            "dataset.sample=true",
+            "split=dev",
+            f"out={output}",
+            "min_paragraphs=5",
+            f"paths.cache_dir={tmp_path}/cache",
+        ],
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    # the sample's 53 dev questions: one has 2 paragraphs
+    assert "wrote 104 probe rows (52 questions)" in result.stdout
+    assert "skipped 1 answerable questions with fewer than 5 paragraphs" in result.stdout
+    rows = json.loads(output.read_text())
+    assert SHORT_HOTPOTQA_QUESTION not in {row["_id"] for row in rows} and len({row["_id"] for row in rows}) == 52
+
+
+# the shipped HotpotQA dev sample's only question with fewer than 5 paragraphs (it has 2)
+SHORT_HOTPOTQA_QUESTION = "5abd259d55429924427fcf1a"
+
+
+def test_dire_min_paragraphs_leaves_short_questions_out_and_counts_them(tmp_path: Path) -> None:
+    gold = SAMPLES / "hotpotqa/dev.json"
+    predictions = tmp_path / "p.jsonl"
+    write_predictions(predictions, _perfect(gold))
+    probes = _probe_predictions(gold, "hotpotqa", tmp_path)  # every question's, the short one's too: ignored
+    output = tmp_path / "dire.json"
+    arguments = ["mode=dire", f"gold={gold}", f"predictions={predictions}", f"probe_predictions={probes}"]
+    result = _run_evaluate([*arguments, f"output={output}", "dire_min_paragraphs=5"])
+    assert result.returncode == 0, result.stderr
+    assert "DiRe skipped 1 answerable questions with fewer than 5 paragraphs" in result.stdout
+    metrics = json.loads(output.read_text())
+    assert metrics["dire_skipped_count"] == 1 and metrics["dire_count"] == 52 and metrics["count"] == 53
+    rows = [json.loads(line) for line in output.with_name("dire.per_question.jsonl").read_text().splitlines()]
+    skipped = [row for row in rows if row.get("dire_skipped")]
+    assert [row["id"] for row in skipped] == [SHORT_HOTPOTQA_QUESTION] and "dire_answer_f1" not in skipped[0]
+    # the probe file may lack the skipped questions' probes
+    kept = [line for line in probes.read_text().splitlines() if SHORT_HOTPOTQA_QUESTION not in line]
+    probes.write_text("\n".join(kept) + "\n")
+    report = evaluate_dire_files(gold, predictions, probes, min_paragraphs=5)
+    assert {key: report.metrics[key] for key in metrics} == metrics
+    # off by default: every question, no count
+    with pytest.raises(DataFormatError, match="1 answerable questions lack probe 0 or 1"):
+        evaluate_dire_files(gold, predictions, probes)
 
 
 def test_official_hotpotqa_and_2wiki_prediction_writers(tmp_path: Path) -> None:

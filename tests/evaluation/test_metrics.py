@@ -10,6 +10,7 @@ from musique_models.evaluation.metrics import (
     aggregate,
     aggregate_dire,
     answer_scores,
+    dire_answer_scores,
     dire_question_result,
     normalize_answer,
     support_scores,
@@ -148,14 +149,14 @@ def test_dire_probe_choice_min_with_original_and_joint() -> None:
     )
     assert result.answer.f1 == 0.0 and result.support == Scores(1.0, 1.0, 1.0, 1.0)
     assert result.joint.f1 == 0.0 and result.joint.em == 0.0
-    # a tie picks probe 1 (DiRe takes probe 0 only when strictly more confident)
+    # a tie takes the first listed (the official scorer takes the second only when it is strictly more confident)
     tie = dire_question_result(
         "q",
         2,
         [3, 7],
         original_answer,
         original_support,
-        probe_answers=[answer_scores("London", ["Paris"]), answer_scores("Paris", ["Paris"])],
+        probe_answers=[answer_scores("Paris", ["Paris"]), answer_scores("London", ["Paris"])],
         probe_confidences=[0.5, 0.5],
         probe_supports=[[3], [1]],
     )
@@ -181,3 +182,64 @@ def test_dire_probe_choice_min_with_original_and_joint() -> None:
     assert metrics["dire_support_f1"] == pytest.approx((1 + 0.5 + 1) / 3)
     assert metrics["dire_joint_f1"] == pytest.approx((0 + 0.5 + 2 / 3) / 3)
     assert metrics["dire_count_2hop"] == 3.0
+
+
+def test_dire_confidence_tie_takes_the_first_listed_probe() -> None:
+    def probe_answer_f1(answers: list[str], confidences: list[float]) -> float:
+        return dire_question_result(
+            "q",
+            2,
+            [3, 7],
+            answer_scores("Paris", ["Paris"]),
+            support_scores([3, 7], [3, 7]),
+            probe_answers=[answer_scores(answer, ["Paris"]) for answer in answers],
+            probe_confidences=confidences,
+            probe_supports=[[3], [7]],
+        ).answer.f1
+
+    # a tie: the first listed, whichever it is
+    assert probe_answer_f1(["Paris", "London"], [0.5, 0.5]) == 1.0
+    assert probe_answer_f1(["London", "Paris"], [0.5, 0.5]) == 0.0
+    # otherwise the more confident
+    assert probe_answer_f1(["London", "Paris"], [0.5, 0.6]) == 1.0
+    assert probe_answer_f1(["London", "Paris"], [0.6, 0.5]) == 0.0
+
+
+def test_hotpotqa_answer_rules_give_yes_no_no_partial_credit() -> None:
+    # standard (SQuAD / official MuSiQue evaluator): common 1 token, precision 1/3, recall 1 -> F1 0.5
+    assert answer_scores("yes it is", ["yes"]) == Scores(precision=pytest.approx(1 / 3), recall=1.0, f1=0.5, em=0.0)
+    # HotpotQA's f1_score: the gold is "yes" and the prediction differs -> 0, 0, 0
+    assert answer_scores("yes it is", ["yes"], hotpotqa_rules=True) == Scores(0.0, 0.0, 0.0, 0.0)
+    assert answer_scores("no", ["no way"], hotpotqa_rules=True) == Scores(0.0, 0.0, 0.0, 0.0)  # prediction "no"
+    assert answer_scores("noanswer", ["noanswer given"], hotpotqa_rules=True).f1 == 0.0
+    assert answer_scores("No.", ["no"], hotpotqa_rules=True) == Scores(1.0, 1.0, 1.0, 1.0)  # equal once normalised
+    # any other answer: the standard scores
+    assert answer_scores("the cat sat", ["cat sat on mat"], hotpotqa_rules=True) == answer_scores(
+        "the cat sat", ["cat sat on mat"]
+    )
+    # no shared token: 0 under HotpotQA's rules even for two empty answers (EM stays 1)
+    assert answer_scores("the", ["a"]) == Scores(1.0, 1.0, 1.0, 1.0)
+    assert answer_scores("the", ["a"], hotpotqa_rules=True) == Scores(0.0, 0.0, 0.0, 1.0)
+    # DiRe uses them for the HotpotQA format only
+    assert dire_answer_scores("yes it is", ["yes"], "hotpotqa").f1 == 0.0
+    assert dire_answer_scores("yes it is", ["yes"], "musique").f1 == 0.5
+    assert dire_answer_scores("yes it is", ["yes"], "2wiki").f1 == 0.5
+    assert dire_answer_scores("yes it is", ["yes"], None).f1 == 0.5
+
+
+def test_dire_caps_with_the_hotpotqa_answer_rules_on_the_original_too() -> None:
+    # gold "yes": the probe says "yes" (1.0), the original "yes it is" (HotpotQA: 0, standard: 0.5); the cap follows
+    def dire_answer_f1(data_format: str) -> float:
+        return dire_question_result(
+            "q",
+            2,
+            [3, 7],
+            dire_answer_scores("yes it is", ["yes"], data_format),
+            support_scores([3, 7], [3, 7]),
+            probe_answers=[dire_answer_scores("yes", ["yes"], data_format)] * 2,
+            probe_confidences=[0.5, 0.5],
+            probe_supports=[[3], [7]],
+        ).answer.f1
+
+    assert dire_answer_f1("hotpotqa") == 0.0
+    assert dire_answer_f1("musique") == 0.5

@@ -56,7 +56,9 @@ def _cases() -> tuple[dict, dict]:
     expected = {
         "full": evaluate_predictions(full_golds, full_predictions).metrics,
         "hotpot": evaluate_predictions(hotpot_golds, hotpot_predictions).metrics,
-        "hotpot_dire": aggregate_dire(dire_results(hotpot_golds, hotpot_predictions, list(enumerate(probes)), "x")),
+        "hotpot_dire": aggregate_dire(
+            dire_results(hotpot_golds, hotpot_predictions, list(enumerate(probes)), "x", data_format="hotpotqa")
+        ),
     }
     row_by_id = {gold.id: gold.row for gold in hotpot_golds}
 
@@ -74,6 +76,7 @@ def _cases() -> tuple[dict, dict]:
         "full": {"golds": full_golds, "predictions": as_dicts(full_predictions)},
         "hotpot": {
             "golds": hotpot_golds,
+            "data_format": "hotpotqa",  # DiRe's answer scores follow HotpotQA's rules
             "predictions": as_dicts(hotpot_predictions),
             "probes": [
                 {
@@ -106,7 +109,7 @@ def test_single_process_metric_equals_evaluator_and_deduplicates_repeats() -> No
             )
         assert {key: value.item() for key, value in metric.compute().items()} == expected[name]
     case = cases["hotpot"]
-    dire = DireMetric(case["golds"])
+    dire = DireMetric(case["golds"], data_format=case["data_format"])
     dire.update(
         range(len(case["golds"])),
         [p["predicted_answer"] for p in case["predictions"]],

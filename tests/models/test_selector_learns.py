@@ -35,7 +35,9 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
         sample_files={"train": str(SAMPLES / "musique_ans/train.json"), "dev": str(SAMPLES / "musique_ans/dev.jsonl")},
     )
     settings = {"max_length": 96}
-    train = featurize(source.load("train"), featurize_selector, tokenizer, tmp_path, "train", **settings)
+    train = featurize(
+        source.load("train").select(range(60)), featurize_selector, tokenizer, tmp_path, "train", **settings
+    )
     dev = featurize(source.load("dev").select(range(40)), featurize_selector, tokenizer, tmp_path, "dev", **settings)
     pl.seed_everything(0)
     selector = ParagraphSelector(backbone, len(tokenizer), top_k=K, lr=backbone.learning_rate)
@@ -65,7 +67,7 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
     metric = RankingMetric(ks=[K])
     metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
     recall = float(metric.compute()[f"recall_at_{K}"])
-    # a random ranking puts each gold paragraph in the top K with probability K / 20 = 0.35 (measured here: 0.59)
+    # a random ranking puts each gold paragraph in the top K with probability K / 20 = 0.35 (measured here: 0.57)
     assert recall > K / PARAGRAPHS + 0.1, recall
 
 

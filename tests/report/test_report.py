@@ -19,9 +19,10 @@ from musique_models.cli.train import train
 from musique_models.io import write_json
 from musique_models.report.__main__ import main
 from musique_models.report.groups import group_runs
+from musique_models.report.paper import PAPER_RESULTS, PaperFigures, load_paper_results
 from musique_models.report.plot import TICK_CHARACTERS, ZERO_BAR, draw_report
 from musique_models.report.runs import RunRecord, record_from_wandb_run
-from musique_models.report.tables import PAPER_RESULTS, parse_markdown_table, table_rows
+from musique_models.report.tables import parse_markdown_table, table_rows
 
 TINY = [
     "backbone=tiny",
@@ -60,6 +61,7 @@ LABELS = {
     "2wiki_20k": "2Wiki",
     "musique_full": "MuSiQue-Full",
 }
+NO_FIGURES = PaperFigures([], {}, Path("none.yaml"))
 METRICS = {
     "An": "answer_f1",
     "Sp": "support_f1",
@@ -106,11 +108,23 @@ def expected_cell(values: list[float], paper: float | None) -> str:
     return f"{ours} ({paper:.1f}, {statistics.fmean(100 * v for v in values) - paper:+.1f})"
 
 
-def paper_figures() -> dict[tuple[str, str, str], float]:
-    figures = yaml.safe_load(PAPER_RESULTS.read_text())["figures"]
-    for figure in figures:
-        assert figure["where"] and figure["url"].startswith("https://"), figure  # every figure says its source
-    return {(f["system"], f["dataset"], f["metric"]): f["value"] for f in figures}
+def paper_figures(split: str = "dev", path: Path = PAPER_RESULTS) -> dict[tuple[str, str, str], float]:
+    """(system, dataset, metric) -> value of the data file's figures of `split` that a run of the paper's setup is
+    set beside, read here from the raw file: the paper's Table 4 (dev) or Table 5 (test), and for a dev cell that
+    Table 4 lacks, the official repository's."""
+    data = yaml.safe_load(path.read_text())
+    for figure in data["figures"]:  # every figure says its source, table and split
+        assert figure["source"] in data["sources"] and figure["table"] and "split" in figure, figure
+        assert data["sources"][figure["source"]]["url"].startswith("https://"), figure
+    main = [
+        f
+        for f in data["figures"]
+        if f["split"] == split
+        and not {"hops", "setting", "kind"} & set(f)
+        and (f["table"] in ("Table 4", "Table 5") or f["source"] == "repository")
+    ]
+    ranked = sorted(main, key=lambda f: f["table"] not in ("Table 4", "Table 5"), reverse=True)
+    return {(f["system"], f["dataset"], f["metric"]): f["value"] for f in ranked}  # the paper's tables win
 
 
 def run_report(tmp_path: Path, *arguments: str) -> Path:
@@ -127,13 +141,13 @@ def test_runs_group_only_when_they_differ_in_the_seed_and_each_seed_counts_once(
     paper = paper_figures()
 
     metrics = {folder: json.loads((runs_root / folder / "metrics.json").read_text()) for folder in RUNS}
-    paper_rows = {system for system, _, metric in paper if system and metric in METRICS}
+    paper_rows = {system for system, _, metric in paper if metric in METRICS}
     assert set(rows) == set(ROWS.values()) | paper_rows
-    order = ["EE", "SA", "EX(EE)", "EX(SA)", "Q-only", "C-only", "1-Para"]
+    order = ["EE", "SA", "EX(EE)", "EX(SA)", "Q-only", "C-only", "1-Para", "RNN", "Human score", "Human upper bound"]
     labels = list(rows)
-    assert labels == sorted(labels, key=lambda label: (order.index(label.split()[0]), "[" in label, label))
+    assert labels == sorted(labels, key=lambda label: (order.index(label.split(" [")[0]), "[" in label, label))
     for label, row in rows.items():
-        system = label.split()[0]
+        system = label if label in paper_rows else label.split()[0]
         columns = [c for c in row if c != "system"]
         assert len(columns) == 11
         for column in columns:
@@ -145,7 +159,10 @@ def test_runs_group_only_when_they_differ_in_the_seed_and_each_seed_counts_once(
                 if row_label == label and RUNS[folder][1] == dataset and METRICS[metric] in metrics[folder]
             ]
             if label in paper_rows:  # the paper's own row: its figures, no run of ours (every run is a sample)
-                assert row[column] == expected_cell([], paper.get((system, dataset, metric))), (label, column)
+                expected = expected_cell([], paper.get((system, dataset, metric)))
+                if dataset == "musique_full" and (system, dataset, metric) in paper:  # the repository's dev figure
+                    expected = expected.replace(")", "†)")
+                assert row[column] == expected, (label, column)
             else:  # sample runs are never set beside the paper's figures
                 assert row[column] == expected_ours(values), (label, column)
     # seeds 1 and 2 of the tiny backbone: n=2, the repeat of seed 1 not counted, the other backbone apart
@@ -234,9 +251,9 @@ def test_every_group_gets_its_own_label_and_row_however_few_settings_set_it_apar
     assert len(groups) == 5 and len(set(labels)) == 5, labels
     # b and c vary as a does: counted, not shown; the fewest settings that tell every group apart (a is not one)
     assert "SA [sample] (model.d=2, model.selector_checkpoint=null, +3 more)" in labels
-    rows = [row for row in table_rows(groups, {}) if row[0] in labels]
-    assert sorted(len(cells[0][0]) for _, _, cells in rows) == [1, 1, 1, 1, 1]  # never two groups in one cell
-    assert [row[0] for row in rows] == labels  # the groups come in the order of the table's rows
+    rows = [row for row in table_rows(groups, NO_FIGURES) if row.label in labels]
+    assert sorted(len(row.cells[0][0]) for row in rows) == [1, 1, 1, 1, 1]  # never two groups in one cell
+    assert [row.label for row in rows] == labels  # the groups come in the order of the table's rows
 
     import matplotlib
 
@@ -244,7 +261,7 @@ def test_every_group_gets_its_own_label_and_row_however_few_settings_set_it_apar
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots()
-    draw_report(axes, groups, {})
+    draw_report(axes, groups, NO_FIGURES)
     ticks = [tick.get_text() for tick in axes.get_xticklabels()]
     assert max(len(line) for tick in ticks for line in tick.splitlines()) <= TICK_CHARACTERS // len(groups)
     assert ["".join(tick.split()) for tick in ticks] == ["".join(f"{label}, MuSiQue-Ans".split()) for label in labels]
@@ -271,7 +288,7 @@ def test_report_png_draws_zeros_missing_scores_values_and_the_papers_diamonds() 
         ]
     )
     figure, axes = plt.subplots()
-    draw_report(axes, groups, {("1-Para", "hotpotqa_20k", "An"): 64.8, ("C-only", "hotpotqa_20k", "An"): 18.4})
+    draw_report(axes, groups, load_paper_results())  # the paper: 1-Para An 64.8, C-only An 18.4 and Sp 67.6
     heights = sorted(round(patch.get_height(), 3) for patch in axes.patches)
     assert heights == [ZERO_BAR, 25.0, 50.0]  # the zero is a visible sliver; the missing Sp has no bar
     assert sorted(text.get_text() for text in axes.texts) == ["0.0", "25.0", "50.0", "n/a"]
@@ -279,7 +296,21 @@ def test_report_png_draws_zeros_missing_scores_values_and_the_papers_diamonds() 
     position = [group.system for group in groups].index("1-Para")  # An's bar is the left one of its group
     assert [(float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in diamonds] == [(position - 0.19, 64.8)]
     assert "the paper" in [text.get_text() for text in axes.get_legend().get_texts()]
+    # the human score of HotpotQA (Table 4: An 84.5, Sp 92.5) across each bar, beside samples too
+    human = sorted((round(float(y), 1), round(float(x1 - x0), 2)) for x0, x1, y in _dashed_segments(axes))
+    assert human == [(84.5, 0.38), (84.5, 0.38), (92.5, 0.38), (92.5, 0.38)]
+    assert "human score (paper, dev)" in [text.get_text() for text in axes.get_legend().get_texts()]
     plt.close(figure)
+
+
+def _dashed_segments(axes: object) -> list[tuple[float, float, float]]:
+    """(x start, x end, y) of every horizontal segment that `axes.hlines` drew (error bars are vertical)."""
+    segments = []
+    for collection in axes.collections:  # type: ignore[attr-defined]
+        for (x0, y0), (x1, y1) in collection.get_segments():
+            if y0 == y1 and x1 > x0:
+                segments.append((x0, x1, y0))
+    return segments
 
 
 def test_dire_md_sets_each_dire_score_beside_its_original(runs_root: Path, tmp_path: Path) -> None:
@@ -392,3 +423,134 @@ def test_a_model_joins_the_paper_grid_by_its_own_config(tmp_path: Path) -> None:
     registry.cache_clear()
     with pytest.raises(RegistryError, match="gen_reader.yaml: system.family='reader'; expected one of: multihop"):
         registry(folder)
+
+
+def _official_record(system: str, dataset: str, metrics: dict[str, float], **fields: object) -> RunRecord:
+    """A run of the paper's setup: official files, the whole dev split, the 20K training subsample."""
+    config = {"dataset": {"name": dataset, "train_size": 20000}, "seed": 1, "system": system}
+    provenance = {"data": {"origin": "official", "files": {"dev": {"sha256": dataset}}}}
+    return RunRecord(f"/runs/{system}-{dataset}", system, dataset, False, 1, metrics, config=config,
+                     provenance=provenance, **fields)  # fmt: skip
+
+
+SPLIT_RUNS = [
+    _official_record(
+        "EE",
+        "musique_full",
+        {"answer_f1": 0.4, "support_f1": 0.3, "group_answer_sufficiency_f1": 0.2, "group_support_sufficiency_f1": 0.25},
+        leaderboard_files={"musique_full": "/runs/EE/evaluations/musique_full-test/predictions.jsonl"},
+    ),
+    _official_record(
+        "EX(SA)",
+        "musique_ans",
+        {"answer_f1": 0.45, "support_f1": 0.7, **{f"answer_f1_{n}hop": n / 10 for n in (2, 3, 4)}},
+        dire_metrics={"dire_answer_f1": 0.3},
+    ),
+    _official_record("SA", "hotpotqa_20k", {"answer_f1": 0.7, "support_f1": 0.9}, dire_metrics={"dire_answer_f1": 0.6}),
+]
+
+
+def _paper_cells(table_md: str) -> list[tuple[str, str, float, str]]:
+    """(row, column, figure, mark) of every paper figure printed in table.md's first table: `ours (figure[†], d)`."""
+    cells = []
+    for row in parse_markdown_table(table_md):
+        for column, cell in row.items():
+            if "(" in cell and not cell.endswith("(–)") and column != "system":
+                figure = cell.rsplit("(", 1)[1].split(",")[0].rstrip(")")
+                cells.append((row["system"], column, float(figure.rstrip("†")), "†" * figure.endswith("†")))
+    return cells
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_every_paper_cell_comes_from_the_data_file_with_the_runs_split(tmp_path: Path, shift: float) -> None:
+    """Every figure the report prints is the data file's, with the split it is set beside: a dev run beside dev
+    figures (MuSiQue-Full dev: the repository's, marked †), Table 5's test figures only in their own table. With
+    every value of the file shifted, every printed figure shifts: none is written into the code."""
+    from musique_models.report.build import write_report
+    from musique_models.report.tables import parse_markdown_tables
+
+    data = yaml.safe_load(PAPER_RESULTS.read_text())
+    for figure in data["figures"]:
+        figure["value"] += shift
+    paper_file = tmp_path / "paper_results.yaml"
+    paper_file.write_text(yaml.safe_dump(data))
+    dev, test = paper_figures("dev", paper_file), paper_figures("test", paper_file)
+    out = write_report(SPLIT_RUNS, tmp_path / "report", paper_file)
+    table_md = (out / "table.md").read_text()
+
+    printed = _paper_cells(table_md)
+    assert len(printed) == len([key for key in dev if key[2] in METRICS])  # every dev figure, each once
+    for row, column, value, mark in printed:
+        dataset = next(d for d, name in LABELS.items() if column.startswith(name + " "))
+        metric = column[len(LABELS[dataset]) + 1 :]
+        assert value == pytest.approx(dev[(row, dataset, metric)]), (row, column)
+        assert mark == ("†" if dataset == "musique_full" else ""), (row, column)
+    main = {row["system"]: row for row in parse_markdown_table(table_md)}
+    # EE on MuSiQue-Full dev: the repository's dev figure (22.0), never Table 5's test figure (24.0)
+    assert main["EE"]["MuSiQue-Full An+Sf"] == f"20.0 ({22.0 + shift:.1f}†, {20.0 - 22.0 - shift:+.1f})"
+
+    tables = parse_markdown_tables(table_md)
+    gap, hidden = tables[1], tables[2]
+    for row in gap:
+        dataset = next(d for d, name in LABELS.items() if row["dataset"] == name)
+        human = dev[("Human score", dataset, row["metric"])]
+        assert float(row["human score"]) == pytest.approx(human)
+        assert float(row["human upper bound"]) == pytest.approx(dev[("Human upper bound", dataset, row["metric"])])
+        best_value, best_system = row["the paper's best model"].split(" (", 1)
+        assert float(best_value) == pytest.approx(dev[(best_system.removesuffix(")"), dataset, row["metric"])])
+        assert float(best_value) == pytest.approx(
+            max(v for (s, d, m), v in dev.items() if (d, m) == (dataset, row["metric"]) and not s.startswith("Human"))
+        )
+    assert [(row["dataset"], row["our best run"]) for row in gap if row["our best run"] != "–"] == [
+        ("MuSiQue-Ans", "45.0 (EX(SA))"),
+        ("MuSiQue-Ans", "70.0 (EX(SA))"),
+        ("HotpotQA", "70.0 (SA)"),
+        ("HotpotQA", "90.0 (SA)"),
+    ]
+    assert {row["system"] for row in hidden} == {s for s, _, _ in test}
+    for row in hidden:
+        for column, cell in row.items():
+            if column in ("system", "our leaderboard files") or cell == "–":
+                continue
+            dataset = next(d for d, name in LABELS.items() if column.startswith(name + " "))
+            assert float(cell) == pytest.approx(test[(row["system"], dataset, column[len(LABELS[dataset]) + 1 :])])
+    assert next(row for row in hidden if row["system"] == "EE")["our leaderboard files"] == (
+        "EE, MuSiQue-Full: /runs/EE/evaluations/musique_full-test/predictions.jsonl"
+    )
+
+    per_hop = parse_markdown_tables((out / "per_hop.md").read_text())
+    raw = yaml.safe_load(paper_file.read_text())["figures"]
+    hops = {f["hops"]: f["value"] for f in raw if f.get("hops") and f["split"] == "dev" and f["system"] == "EX(SA)"}
+    expected = [f"{v:.1f}" for v in (dev[("EX(SA)", "musique_ans", "An")], hops[2], hops[3], hops[4])]
+    assert [per_hop[0][0][c] for c in ("all", "2hop", "3hop", "4hop")] == expected
+    ex_sa = next(t for t in per_hop[1:] if any(r["metric"] == "answer_f1: the paper (dev)" for r in t))
+    assert [r for r in ex_sa if r["metric"] == "answer_f1"][0]["2hop"] == "20.0"
+    assert [[r[c] for c in ("all", "2hop", "3hop", "4hop")] for r in ex_sa if "the paper" in r["metric"]] == [expected]
+
+    dire = parse_markdown_tables((out / "dire.md").read_text())
+    assert {(r["dataset"], r["metric"]): float(r["value"]) for r in dire[1]} == {
+        (LABELS[d], m): v for (s, d, m), v in dev.items() if m.startswith("DiRe")
+    }
+    beside = [r for r in dire[0] if r["metric"] == "dire_answer_f1: the paper (dev)"]
+    # the paper gives DiRe of SA only: the EX(SA) run has no figure beside it
+    assert [(r["run group"], float(r["all"])) for r in beside] == [
+        ("SA, HotpotQA", pytest.approx(dev[("SA", "hotpotqa_20k", "DiRe An")]))
+    ]
+
+    reference = (out / "paper.md").read_text()
+    for table in ("Table 3", "Table 6", "Table 7"):
+        section = reference.split(f"## {table}:")[1].split("\n## ")[0]
+        printed_values = sorted(float(c) for r in parse_markdown_table(section) for k, c in r.items() if k != "setting")
+        assert printed_values == sorted(f["value"] for f in raw if f["table"] == table), table
+        assert "(dev)" in section.splitlines()[0]
+
+
+def test_a_malformed_paper_file_is_refused_naming_the_file_entry_and_field(tmp_path: Path) -> None:
+    from musique_models.report.runs import ReportError
+
+    data = yaml.safe_load(PAPER_RESULTS.read_text())
+    data["figures"][3]["split"] = "validation"
+    bad = tmp_path / "paper_results.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(ReportError, match=r"paper_results.yaml: figures\[3\]: field split: 'validation'"):
+        load_paper_results(bad)
