@@ -29,7 +29,7 @@ Then the plan's steps times these step times: GPU-hours per job and for the grid
 
 A hard time guard, counted from the start of the script, stops measuring before `--budget-s` and still writes what
 was measured; out of memory is caught per component and recorded as `stopped`. Results are rewritten after every
-component: $OUT/gpu_check.json and $OUT/gpu_check.md when OUT is set, else --json PATH / --markdown PATH.
+component: --json PATH / --markdown PATH, or when they are not given $OUT/gpu_check.json and $OUT/gpu_check.md if OUT is set.
 
     python benchmarks/gpu_check.py --device cuda --json gpu_check.json --markdown gpu_check.md   # one GPU, < 8 min
     python benchmarks/gpu_check.py --device cpu --tiny --json /tmp/gpu_check.json                # smoke test, CPU
@@ -711,18 +711,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reserve-s", type=float, default=10.0, help="seconds kept back for writing the results")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak dense bf16 TFLOP/s (for MFU)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (CPU runs only)")
-    parser.add_argument("--json", type=Path, help="JSON results (default $OUT/gpu_check.json when OUT is set)")
-    parser.add_argument("--markdown", type=Path, help="markdown results (default $OUT/gpu_check.md when OUT is set)")
+    parser.add_argument("--json", type=Path, help="JSON results (when not given: $OUT/gpu_check.json if OUT is set)")
+    parser.add_argument(
+        "--markdown", type=Path, help="markdown results (when not given: $OUT/gpu_check.md if OUT is set)"
+    )
     args = parser.parse_intermixed_args(argv)
     tiny = args.tiny
     args.warmup = args.warmup if args.warmup is not None else (1 if tiny else 2)
     args.steps = args.steps if args.steps is not None else (2 if tiny else 5)
     overrides = args.overrides or ["experiment=paper_grid"]
     out = os.environ.get("OUT")
-    paths = {
-        "json": Path(out) / "gpu_check.json" if out else args.json,
-        "markdown": Path(out) / "gpu_check.md" if out else args.markdown,
+    paths = {  # an explicit path wins over OUT
+        "json": args.json or (Path(out) / "gpu_check.json" if out else None),
+        "markdown": args.markdown or (Path(out) / "gpu_check.md" if out else None),
     }
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device here (torch.cuda.is_available() is False)")
     device = args.device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)

@@ -17,6 +17,7 @@ METRICS_FILE = "metrics.json"
 LOG_FILE = "train.log"  # Hydra's job log (`hydra.job.name` is `train`)
 WANDB_ID_FILE = "wandb_run_id.txt"
 EVALUATIONS_FOLDER = "evaluations"  # `evaluate.py run=...` writes one folder per split and mode here
+SCORING_FILE = "scoring.json"  # in each evaluations/ folder: what it predicted (dataset, split, sample, size, mode)
 PAGE_FILE = "errors.html"  # the error browser
 
 # A stage of the run, in `<run>/<stage>/`

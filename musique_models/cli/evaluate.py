@@ -62,7 +62,7 @@ def print_dire_skips(metrics: dict[str, float], min_paragraphs: int | None) -> N
     """Say how many answerable questions `dire_min_paragraphs` left out of DiRe (nothing when it is off)."""
     if min_paragraphs is not None:
         print(
-            f"DiRe skipped {metrics['dire_skipped_count']:.0f} answerable questions with fewer than {min_paragraphs} "
+            f"DiRe skipped {metrics['dire_skipped_count']:.0f} answerable question(s) with fewer than {min_paragraphs} "
             f"paragraphs (dire_min_paragraphs={min_paragraphs}); DiRe averages over the other "
             f"{metrics['dire_count']:.0f}"
         )

@@ -9,7 +9,8 @@ never training), write the official prediction file and score it; `mode=dire` ad
 
 Everything goes to `output` (default `RUN_DIR/evaluations/<dataset>-<split>[-dire-<partition>[-min<N>paragraphs]]/`):
 `predictions.jsonl` (official format, with `predicted_answer_confidence`), `metrics.json` and
-`metrics.per_question.jsonl` (not for an unlabelled split), the recipe's side files (`selector_ranking.json`,
+`metrics.per_question.jsonl` (not for an unlabelled split), `scoring.json` (what was predicted: dataset, split,
+shipped sample or not, `eval_size`, rows, mode, partition, `dire_min_paragraphs`), the recipe's side files (`selector_ranking.json`,
 `decompositions.jsonl`, `steps.jsonl`), and with `mode=dire` the probe file in the dataset's own format
 (`probe.jsonl` / `probe.json`), `probe_predictions.jsonl` and the probe's side files under `probe/`.
 """
@@ -47,8 +48,16 @@ from musique_models.evaluation.evaluator import (
 )
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import Prediction, ProbePrediction, read_predictions, write_predictions
+from musique_models.io import write_json
 from musique_models.recipes.base import Predictor
-from musique_models.run_files import CONFIG_FILE, EVALUATIONS_FOLDER, METRICS_FILE, PREDICTIONS_FILE, STATUS_FILE
+from musique_models.run_files import (
+    CONFIG_FILE,
+    EVALUATIONS_FOLDER,
+    METRICS_FILE,
+    PREDICTIONS_FILE,
+    SCORING_FILE,
+    STATUS_FILE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +96,10 @@ def load_trained_run(run_dir: str | Path) -> TrainedRun:
     return TrainedRun(run_dir, cfg, predictor)
 
 
-def prediction_split(cfg: DictConfig, run_cfg: DictConfig) -> tuple[DatasetSource, str, datasets.Dataset]:
-    """The dataset source, split name and table to predict: `dataset=`/`split=` when given, else the run's own
-    evaluation split (its first `eval_size` questions, as the run scored them)."""
+def prediction_split(cfg: DictConfig, run_cfg: DictConfig) -> tuple[DatasetSource, str, datasets.Dataset, int | None]:
+    """The dataset source, split name, table to predict and the questions it was cut to (None: the whole split):
+    `dataset=`/`split=` when given, else the run's own evaluation split (its first `eval_size` questions, as the run
+    scored them)."""
     own_dataset = cfg.get("dataset") is None
     source: DatasetSource = instantiate(run_cfg.dataset if own_dataset else cfg.dataset)
     split = cfg.get("split") or run_cfg.eval_split
@@ -101,7 +111,7 @@ def prediction_split(cfg: DictConfig, run_cfg: DictConfig) -> tuple[DatasetSourc
     eval_size = cfg.get("eval_size")
     if eval_size is None and own_dataset and split == run_cfg.eval_split:
         eval_size = run_cfg.get("eval_size")
-    return source, split, first_questions(table, eval_size) if eval_size else table
+    return source, split, first_questions(table, eval_size) if eval_size else table, eval_size or None
 
 
 def default_output_dir(
@@ -122,7 +132,7 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     min_paragraphs = dire_min_paragraphs(cfg)
     run = load_trained_run(cfg.run)
     set_threads(cfg.get("threads") if cfg.get("threads") is not None else run.cfg.trainer.get("threads"))
-    source, split, table = prediction_split(cfg, run.cfg)
+    source, split, table, eval_size = prediction_split(cfg, run.cfg)
     labelled = source.is_labelled(split)
     if cfg.mode == "dire" and not labelled:
         raise RunScoringError(f"mode=dire: {source.name} {split} is unlabelled; DiRe probes need supporting paragraphs")
@@ -134,6 +144,17 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
         else default_output_dir(run.run_dir, source, split, cfg.mode, partition, min_paragraphs)
     )
     output_dir.mkdir(parents=True, exist_ok=True)
+    scoring = {
+        "dataset": source.name,
+        "split": split,
+        "sample": bool(source.sample),
+        "eval_size": eval_size,
+        "rows": len(table),
+        "mode": cfg.mode,
+        "partition": partition if cfg.mode == "dire" else None,
+        "dire_min_paragraphs": min_paragraphs,
+    }
+    (output_dir / SCORING_FILE).unlink(missing_ok=True)  # written again once the folder holds what it says
     # plain prints: paths are never wrapped, whatever the terminal's width (they are copied into commands)
     print(f"predicting {source.name} {split} ({len(table)} rows) with {run.run_dir} -> {output_dir}", flush=True)
 
@@ -148,6 +169,7 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
             return {}
         check_prediction_ids(predictions_path, table)
         (output_dir / METRICS_FILE).unlink(missing_ok=True)  # nothing is scored: no figures, never stale ones
+        write_json(output_dir / SCORING_FILE, scoring)
         print(
             f"{source.name} {split} is unlabelled: NOT scored. The official prediction file ({len(table)} rows, "
             f"in the test file's order, ids checked) is {predictions_path}"
@@ -162,6 +184,7 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
         report = evaluate_predictions(golds, predictions)
     report.metrics.update(extra_metrics)
     per_question = write_report(report, output_dir / METRICS_FILE)
+    write_json(output_dir / SCORING_FILE, scoring)
     Console().print(metrics_table(report.metrics, title=f"{run.cfg.model_name} on {source.name} {split}"))
     if cfg.mode == "dire":
         print_dire_skips(report.metrics, min_paragraphs)

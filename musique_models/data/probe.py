@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"wrote {count} probe rows ({count // 2} questions) of {source.name} {options['split']} to {options['out']}")
     if min_paragraphs is not None:
         skipped = len(skipped_questions(examples, min_paragraphs))
-        print(f"skipped {skipped} answerable questions with fewer than {min_paragraphs} paragraphs (min_paragraphs)")
+        print(f"skipped {skipped} answerable question(s) with fewer than {min_paragraphs} paragraphs (min_paragraphs)")
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def load_throughput(path: str | Path) -> Throughput:
     path = Path(path)
     if not path.is_file():
         raise MusiqueModelsError(
-            f"{path}: no such throughput file (measure one on a GPU: {GPU_CHECK} --json {path.name})"
+            f"{path}: no such throughput file (measure one on a GPU: {GPU_CHECK} --json {shlex.quote(str(path))})"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -338,7 +338,8 @@ def missing_lines(projection: Projection, overrides: Sequence[str]) -> list[str]
     else:
         measure = _command(GPU_CHECK, "--json gpu_check_more.json", *given, "--only", *missing)
         lines.append(f"measure them on a GPU: {measure}")
-        lines.append("then pass both files: --throughput FILE --throughput gpu_check_more.json")
+        given_files = " ".join(f"--throughput {shlex.quote(source)}" for source in projection.throughput.sources)
+        lines.append(f"then pass them all: {given_files or '--throughput FILE'} --throughput gpu_check_more.json")
     return lines
 
 

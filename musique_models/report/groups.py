@@ -4,7 +4,8 @@ Two runs share a group when their resolved configs are equal once the seed, the 
 run computes (`is_result_neutral`: paths, loggers, progress bars, ...) and absolute file paths are left out, and
 they read the same data (the content fingerprints in their `provenance.json`). The evaluation split and size are
 part of the config. Within a group each seed counts once (the newest run of a repeated seed). Where groups share a
-system and dataset, each group's label names the settings that set it apart. A group is compared with the paper's
+system and dataset, each group's label names the settings that set it apart. What a repeat was scored with
+(`evaluate.py run=`: DiRe, leaderboard files) and the kept run was not counts for the kept run. A group is compared with the paper's
 figures only when its runs read the official files, evaluate the whole dev split and train on the paper's 20K
 subsample; samples, other files and subsets are marked as such.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from musique_models.report.runs import RunRecord
@@ -169,12 +170,29 @@ def group_runs(runs: Sequence[RunRecord]) -> list[RunGroup]:
         for run in newest_first:
             if run.seed in kept:
                 group.repeats.append(run)
+                kept[run.seed] = _with_evaluations_of(kept[run.seed], run)
             else:
                 kept[run.seed] = run
         group.runs = sorted(kept.values(), key=lambda run: (run.seed is None, run.seed or 0, run.source))
     ordered = sorted(groups.values(), key=lambda g: (system_rank(g.system), not g.comparable, g.origin, g.dataset))
     _label(ordered)
     return sorted(ordered, key=lambda g: (system_rank(g.system), not g.comparable, g.row_label, g.dataset))
+
+
+def _with_evaluations_of(kept: RunRecord, repeat: RunRecord) -> RunRecord:
+    """The kept run of a seed with what a repeat of it (the same settings and data) scored that it has not: its
+    DiRe scoring and its leaderboard files (`evaluate.py run=` on the repeat's folder), each naming its folder."""
+    if (kept.dire_metrics or not repeat.dire_metrics) and not set(repeat.leaderboard_files) - set(
+        kept.leaderboard_files
+    ):
+        return kept
+    dire = not kept.dire_metrics and bool(repeat.dire_metrics)
+    return replace(
+        kept,
+        dire_metrics=repeat.dire_metrics if dire else kept.dire_metrics,
+        dire_source=repeat.dire_source if dire else kept.dire_source,
+        leaderboard_files={**repeat.leaderboard_files, **kept.leaderboard_files},
+    )
 
 
 def _label(groups: list[RunGroup]) -> None:

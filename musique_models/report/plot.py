@@ -1,7 +1,7 @@
 """report.png: bars of An and Sp per run group (system, dataset and what sets the group apart), each bar labelled
 with its value; a zero is drawn as a visible zero and a missing score as "n/a"; the paper's figures as diamonds
-beside the groups comparable with the paper; the paper's human score (Table 4, dev) as a dashed line across each
-bar of a dataset that has one."""
+beside the groups comparable with the paper (hollow: the official repository's MuSiQue-Full dev scores) and the
+paper's human score (Table 4, dev) as a dashed line across each of their bars."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def draw_report(axes: Any, groups: Sequence[RunGroup], paper: PaperFigures) -> N
 
     legend = [Patch(facecolor=f"C{offset}", edgecolor="black", label=m) for offset, m in enumerate(PLOTTED_METRICS)]
     labels = []
-    drew_paper = drew_human = False
+    drew_paper = drew_repository = drew_human = False
     for position, group in enumerate(groups):
         label = f"{group.row_label}, {DATASET_LABELS.get(group.dataset, group.dataset)}"
         labels.append(textwrap.fill(label, width=max(12, TICK_CHARACTERS // max(1, len(groups)))))
@@ -66,10 +66,21 @@ def draw_report(axes: Any, groups: Sequence[RunGroup], paper: PaperFigures) -> N
                 axes.text(x, height + (std or 0) + 1, f"{mean:.1f}", ha="center", va="bottom", fontsize=7)
             else:
                 axes.text(x, 1, "n/a", ha="center", va="bottom", fontsize=7, color="gray")
-            figure = paper.main(group.system, group.dataset, metric) if group.comparable else None
+            if not group.comparable:  # the paper's figures stand beside runs of its setup only
+                continue
+            figure = paper.main(group.system, group.dataset, metric)
             if figure is not None:
-                axes.plot(x, figure.value, marker="D", color="black", linestyle="none")
-                drew_paper = True
+                from_paper = figure.source == "paper"
+                axes.plot(
+                    x,
+                    figure.value,
+                    marker="D",
+                    color="black",
+                    fillstyle="full" if from_paper else "none",
+                    linestyle="none",
+                )
+                drew_paper = drew_paper or from_paper
+                drew_repository = drew_repository or not from_paper
             human = paper.main(HUMAN_SCORE, group.dataset, metric)
             if human is not None:
                 half = BAR_WIDTH / 2
@@ -77,12 +88,16 @@ def draw_report(axes: Any, groups: Sequence[RunGroup], paper: PaperFigures) -> N
                 drew_human = True
     if drew_paper:
         legend.append(Line2D([], [], marker="D", color="black", linestyle="none", label="the paper"))
+    if drew_repository:
+        legend.append(
+            Line2D([], [], marker="D", color="black", fillstyle="none", linestyle="none", label="official repo (dev)")
+        )
     if drew_human:
         legend.append(Line2D([], [], color="gray", linestyle="dashed", label="human score (paper, dev)"))
     axes.set_xticks(range(len(groups)), labels, fontsize=7)
     axes.set_ylabel("F1 x 100")
     axes.set_ylim(0, 118)  # room above 100 for the legend, in one row
     title = "An and Sp per run group (bars: ours, mean ± std over seeds"
-    title += "; diamonds: the paper" * drew_paper + "; dashed: the human score" * drew_human
+    title += "; diamonds: the paper" * (drew_paper or drew_repository) + "; dashed: the human score" * drew_human
     axes.set_title(title + ")")
     axes.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=8)

@@ -20,14 +20,18 @@ from musique_models.run_files import (
     METRICS_FILE,
     PREDICTIONS_FILE,
     PROVENANCE_FILE,
+    SCORING_FILE,
     STATUS_FILE,
 )
 from musique_models.systems import system_name
 
-DIRE_METRICS_GLOB = f"{EVALUATIONS_FOLDER}/*-dire-*/{METRICS_FILE}"
-# `evaluate.py run=RUN split=test` writes `evaluations/<dataset>-test/predictions.jsonl`, the leaderboard's file
-LEADERBOARD_SUFFIX = "-test"
-LEADERBOARD_GLOB = f"{EVALUATIONS_FOLDER}/*{LEADERBOARD_SUFFIX}/{PREDICTIONS_FILE}"
+# `evaluate.py run=RUN split=test` writes `evaluations/<dataset>-test/predictions.jsonl`: the leaderboards take
+# MuSiQue's (the paper's Table 5)
+LEADERBOARD_DATASETS = ("musique_ans", "musique_full")
+DIRE_PARTITION = "half"  # the default partition: the one the report shows
+# DiRe's official conversion leaves out HotpotQA questions with fewer than 5 paragraphs: the report prefers that
+# scoring on HotpotQA where both exist
+OFFICIAL_DIRE_MIN_PARAGRAPHS = {"hotpotqa_20k": 5}
 # model name in the run's config -> the paper's row; Step Execution depends on its executor
 WANDB_METRIC_PREFIX = "test/"
 
@@ -41,8 +45,9 @@ class RunRecord:
     """One finished run: where it comes from, the paper row and dataset it belongs to, its scores, its resolved
     config and its provenance (`provenance.json`; empty for runs made before runs recorded it), and when it was
     made (seconds since the epoch: a run folder's metrics file, a wandb run's start; 0 when unknown), which decides
-    which of a repeated seed's runs counts; `leaderboard_files`: dataset -> the unscored test-set prediction file
-    that `evaluate.py run=RUN split=test` wrote (run folders only)."""
+    which of a repeated seed's runs counts. Run folders only: `dire_source`, the `evaluations/` folder the DiRe
+    metrics come from; `leaderboard_files`, dataset -> the MuSiQue test-set prediction file that
+    `evaluate.py run=RUN split=test` wrote."""
 
     source: str
     system: str
@@ -54,17 +59,73 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     made_at: float = 0.0
-    leaderboard_files: dict[str, str] = field(default_factory=dict)
+    dire_source: str | None = None
+    leaderboard_files: dict[str, LeaderboardFile] = field(default_factory=dict)
 
 
-def leaderboard_files(folder: Path) -> dict[str, str]:
-    """dataset -> `evaluations/<dataset>-test/predictions.jsonl` of a run folder, for each test split predicted and
-    not scored (no metrics file beside it: the split is unlabelled)."""
-    return {
-        path.parent.name.removesuffix(LEADERBOARD_SUFFIX): str(path)
-        for path in sorted(folder.glob(LEADERBOARD_GLOB))
-        if not (path.parent / METRICS_FILE).is_file()
+@dataclass(frozen=True)
+class LeaderboardFile:
+    """A test-set prediction file and what it covers: `note` is empty for the whole official test split, else
+    `[sample]`, `[first N questions]` or `[unrecorded]` (a folder without `scoring.json`)."""
+
+    path: str
+    note: str = ""
+
+
+def scoring_of(evaluation: Path) -> dict[str, Any] | None:
+    """What an `evaluations/` folder predicted (`scoring.json`: dataset, split, sample, eval_size, mode, partition,
+    dire_min_paragraphs); None for a folder written before it was recorded."""
+    path = evaluation / SCORING_FILE
+    return _read_json(path) if path.is_file() else None
+
+
+def leaderboard_files(folder: Path) -> dict[str, LeaderboardFile]:
+    """dataset -> `evaluations/<dataset>-test/predictions.jsonl` of a run folder, for MuSiQue's test splits
+    predicted and not scored (the leaderboards score them)."""
+    found = {}
+    for dataset in LEADERBOARD_DATASETS:
+        evaluation = folder / EVALUATIONS_FOLDER / f"{dataset}-test"
+        if not (evaluation / PREDICTIONS_FILE).is_file() or (evaluation / METRICS_FILE).is_file():
+            continue
+        scoring = scoring_of(evaluation)
+        if scoring is None:
+            note = "[unrecorded]"
+        elif scoring.get("sample"):
+            note = "[sample]"
+        elif scoring.get("eval_size"):
+            note = f"[first {scoring['eval_size']} questions]"
+        else:
+            note = ""
+        found[dataset] = LeaderboardFile(str(evaluation / PREDICTIONS_FILE), note)
+    return found
+
+
+def own_dire_scoring(folder: Path, config: Mapping[str, Any]) -> Path | None:
+    """The `metrics.json` of the DiRe scoring of the run's own evaluation set (its dataset, split, sample or not and
+    `eval_size`) with the default partition: on HotpotQA the one without questions of fewer than 5 paragraphs (as
+    DiRe's official conversion) where it exists, else the one with every question. A folder without
+    `scoring.json` counts by its name alone. None when the run has no such scoring."""
+    dataset = (config.get("dataset") or {}).get("name")
+    split = config.get("eval_split", "dev")
+    expected = {
+        "dataset": dataset,
+        "split": split,
+        "sample": bool((config.get("dataset") or {}).get("sample", False)),
+        "eval_size": config.get("eval_size") or None,
+        "partition": DIRE_PARTITION,
     }
+    preferred = [OFFICIAL_DIRE_MIN_PARAGRAPHS.get(str(dataset)), None]
+    for min_paragraphs in dict.fromkeys(preferred):
+        name = f"{dataset}-{split}-dire-{DIRE_PARTITION}" + (
+            f"-min{min_paragraphs}paragraphs" if min_paragraphs is not None else ""
+        )
+        evaluation = folder / EVALUATIONS_FOLDER / name
+        if not (evaluation / METRICS_FILE).is_file():
+            continue
+        scoring = scoring_of(evaluation)
+        if scoring is None or all(scoring.get(key) == value for key, value in expected.items()):
+            return evaluation / METRICS_FILE
+    return None
 
 
 def no_row_warning(source: Any, config: Mapping[str, Any]) -> str:
@@ -125,9 +186,8 @@ def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list
                 warnings.append(f"skipped {folder}: not finished (status {status or 'missing'})")
                 continue
             config = yaml.safe_load(config_path.read_text()) or {}
-            dire = {}
-            for dire_path in sorted(folder.glob(DIRE_METRICS_GLOB), key=_default_dire_last):
-                dire.update(_read_json(dire_path))
+            dire_path = own_dire_scoring(folder, config)
+            dire = _read_json(dire_path) if dire_path else {}
             record = record_from_config(
                 str(folder),
                 config,
@@ -139,15 +199,10 @@ def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list
             if record is None:
                 warnings.append(no_row_warning(folder, config))
                 continue
+            record.dire_source = str(dire_path.parent) if dire_path else None
             record.leaderboard_files = leaderboard_files(folder)
             records.append(record)
     return records, warnings
-
-
-def _default_dire_last(path: Path) -> tuple[bool, str]:
-    """DiRe folders in name order, those scored with `dire_min_paragraphs` (`...-min5paragraphs`) first: the
-    default scoring's metrics, read last, are the ones the report shows."""
-    return (not path.parent.name.endswith("paragraphs"), str(path))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -226,8 +226,9 @@ def hidden_test_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> lis
     files: dict[str, list[str]] = {}
     for group in groups:
         for run in group.runs:
-            for dataset, path in sorted(run.leaderboard_files.items()):
-                label = f"{group.row_label}, {DATASET_LABELS.get(dataset, dataset)}: {path}"
+            for dataset, file in sorted(run.leaderboard_files.items()):
+                note = f" {file.note}" if file.note else ""
+                label = f"{group.row_label}, {DATASET_LABELS.get(dataset, dataset)}{note}: {file.path}"
                 files.setdefault(group.system, []).append(label)
     systems = paper.systems("test") + [system for system in files if system not in paper.systems("test")]
     header = ["system", *(f"{DATASET_LABELS[d]} {m}" for d, m in TEST_COLUMNS), "our leaderboard files"]
@@ -346,13 +347,15 @@ def _paper_hop_cells(paper: PaperFigures, system: str, dataset: str, metric: str
     return cells + [format_figure(hops[n]) if n in hops else MISSING for n in (2, 3, 4)]
 
 
-# (metric, whether it is a DiRe score): each original beside its DiRe score; joint DiRe has no original counterpart
+# each original score beside its DiRe score; joint DiRe has no original counterpart
 DIRE_ROWS = [
-    ("answer_f1", False),
-    ("dire_answer_f1", True),
-    ("support_f1", False),
-    ("dire_support_f1", True),
-    ("dire_joint_f1", True),
+    "answer_f1",
+    "dire_answer_f1",
+    "support_f1",
+    "dire_support_f1",
+    "dire_joint_f1",
+    "dire_count",
+    "dire_skipped_count",
 ]
 DIRE_PAPER_METRICS = {"dire_answer_f1": "DiRe An", "dire_support_f1": "DiRe Sp"}
 
@@ -369,18 +372,29 @@ def dire_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
         for group in with_dire:
             scored = [run for run in group.runs if run.dire_metrics]
             label = f"{group.row_label}, {DATASET_LABELS.get(group.dataset, group.dataset)}"
-            for name, is_dire in DIRE_ROWS:
+            for name in DIRE_ROWS:
+                if name == "dire_skipped_count" and not any(name in r.dire_metrics for r in scored):
+                    continue
                 cells = []
                 for suffix in HOPS:
-                    key = name + suffix
-                    values = [(r.dire_metrics if is_dire else r.metrics).get(key) for r in scored]
-                    cells.append(format_ours([v for v in values if v is not None]))
+                    # the DiRe scoring's own metrics, original scores included: the same questions as its DiRe's
+                    values = [v for v in (r.dire_metrics.get(name + suffix) for r in scored) if v is not None]
+                    is_count = name.endswith("count") and values
+                    cells.append(f"{statistics.fmean(values):.0f}" if is_count else format_ours(values))
                 lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
                 paper_metric = DIRE_PAPER_METRICS.get(name)
                 figure = paper.main(group.system, group.dataset, paper_metric) if paper_metric else None
                 if figure is not None and group.comparable:
                     paper_cells = [format_figure(figure), MISSING, MISSING, MISSING]
                     lines.append(f"| {label} | {name}: the paper (dev) | " + " | ".join(paper_cells) + " |")
+        lines += [
+            "",
+            "Each run's scores come from one scoring of its own evaluation set (`evaluate.py run=RUN mode=dire`, "
+            "partition half; on HotpotQA the one with `dire_min_paragraphs=5`, as DiRe's official conversion, where "
+            "it exists), the original scores included:",
+            "",
+            *(f"- {run.source}: {run.dire_source}" for group in with_dire for run in group.runs if run.dire_source),
+        ]
         lines.append("")
     figures = [f for f in paper if f.metric in DIRE_PAPER_METRICS.values() and f.setting is None]
     if figures:
@@ -421,17 +435,16 @@ def reference_markdown(paper: PaperFigures) -> str:
         figures = [f for f in paper.in_table(table) if f.hops is None]
         if not figures:
             continue
-        splits = sorted({f.split or "split not stated" for f in figures})
         datasets = list(dict.fromkeys(DATASET_LABELS.get(f.dataset, f.dataset) for f in figures))
         if len(datasets) == 1:
             title = f"{title}, {datasets[0]}"
         rows = list(dict.fromkeys(_reference_row(f, len(datasets) > 1) for f in figures))
         columns = list(dict.fromkeys((f.system, f.metric) for f in figures))
         lines += [
-            f"## {table}: {title} ({', '.join(splits)})",
+            f"## {table}: {title}",
             "",
-            "| setting | " + " | ".join(f"{system} {metric}" for system, metric in columns) + " |",
-            "|---|" + "---|" * len(columns),
+            "| setting | split | " + " | ".join(f"{system} {metric}" for system, metric in columns) + " |",
+            "|---|---|" + "---|" * len(columns),
         ]
         for row in rows:
             cells = []
@@ -442,7 +455,10 @@ def reference_markdown(paper: PaperFigures) -> str:
                     if (_reference_row(f, len(datasets) > 1), f.system, f.metric) == (row, system, metric)
                 ]
                 cells.append(", ".join(f"{f.value:+.1f}" if f.kind == "gain" else f"{f.value:.1f}" for f in match))
-            lines.append(f"| {row} | " + " | ".join(cell or MISSING for cell in cells) + " |")
+            row_splits = {f.split or "not stated" for f in figures if _reference_row(f, len(datasets) > 1) == row}
+            lines.append(
+                f"| {row} | {', '.join(sorted(row_splits))} | " + " | ".join(c or MISSING for c in cells) + " |"
+            )
         lines.append("")
     return "\n".join(lines)
 

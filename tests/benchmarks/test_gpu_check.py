@@ -15,7 +15,7 @@ from musique_models import PROJECT_ROOT
 from tests.conftest import run_python
 
 SCRIPT = str(PROJECT_ROOT / "benchmarks" / "gpu_check.py")
-NO_OUT = {"OUT": ""}  # an OUT folder would take the files from --json and --markdown
+NO_OUT = {"OUT": ""}  # the files go where --json and --markdown say
 
 
 def test_every_component_of_the_paper_grid_is_measured_at_tiny_shapes(tmp_path: Path) -> None:
@@ -103,3 +103,9 @@ def test_the_time_guard_still_writes_what_it_has(tmp_path: Path) -> None:
     assert all(record["stopped"] == "time guard before start" for record in results["components"].values())
     assert sorted(results["projection"]["missing"]) == sorted(results["components"])
     assert results["projection"]["gpu_hours"] is None
+
+
+def test_cuda_without_a_cuda_device_is_one_line() -> None:
+    result = run_python([SCRIPT, "--device", "cuda", "--tiny"], env=NO_OUT, timeout=120)
+    assert result.returncode == 2 and "--device cuda: no CUDA device here" in result.stderr
+    assert "Traceback" not in result.stderr

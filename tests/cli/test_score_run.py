@@ -269,7 +269,7 @@ def test_dire_min_paragraphs_on_a_trained_run(tmp_path: Path, capsys) -> None:
     dire = evaluate_run(run, "mode=dire", "eval_size=30", "dire_min_paragraphs=5")
     folder = run / "evaluations" / "hotpotqa_20k-dev-dire-half-min5paragraphs"
     assert dire["dire_skipped_count"] == 1 and dire["dire_count"] == 29 and dire["count"] == 30
-    assert "DiRe skipped 1 answerable questions with fewer than 5 paragraphs" in capsys.readouterr().out
+    assert "DiRe skipped 1 answerable question(s) with fewer than 5 paragraphs" in capsys.readouterr().out
     probes = json.loads((folder / "probe.json").read_text())
     short = "5abd259d55429924427fcf1a"
     assert len(probes) == 58 and short not in {probe["_id"] for probe in probes}
@@ -279,3 +279,14 @@ def test_dire_min_paragraphs_on_a_trained_run(tmp_path: Path, capsys) -> None:
         gold, folder / "predictions.jsonl", folder / "probe_predictions.jsonl", min_paragraphs=5
     )
     assert {key: dire[key] for key in from_files.metrics} == from_files.metrics
+    # what the folder scored, as the report reads it: not the run's own evaluation set (30 of its questions)
+    assert json.loads((folder / "scoring.json").read_text()) == {
+        "dataset": "hotpotqa_20k",
+        "split": "dev",
+        "sample": True,
+        "eval_size": 30,
+        "rows": 30,
+        "mode": "dire",
+        "partition": "half",
+        "dire_min_paragraphs": 5,
+    }

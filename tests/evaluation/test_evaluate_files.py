@@ -387,7 +387,7 @@ def test_probe_tool_skips_questions_with_few_paragraphs_and_says_how_many(tmp_pa
     assert result.returncode == 0, result.stderr
     # the sample's 53 dev questions: one has 2 paragraphs
     assert "wrote 104 probe rows (52 questions)" in result.stdout
-    assert "skipped 1 answerable questions with fewer than 5 paragraphs" in result.stdout
+    assert "skipped 1 answerable question(s) with fewer than 5 paragraphs" in result.stdout
     rows = json.loads(output.read_text())
     assert SHORT_HOTPOTQA_QUESTION not in {row["_id"] for row in rows} and len({row["_id"] for row in rows}) == 52
 
@@ -405,7 +405,7 @@ def test_dire_min_paragraphs_leaves_short_questions_out_and_counts_them(tmp_path
     arguments = ["mode=dire", f"gold={gold}", f"predictions={predictions}", f"probe_predictions={probes}"]
     result = _run_evaluate([*arguments, f"output={output}", "dire_min_paragraphs=5"])
     assert result.returncode == 0, result.stderr
-    assert "DiRe skipped 1 answerable questions with fewer than 5 paragraphs" in result.stdout
+    assert "DiRe skipped 1 answerable question(s) with fewer than 5 paragraphs" in result.stdout
     metrics = json.loads(output.read_text())
     assert metrics["dire_skipped_count"] == 1 and metrics["dire_count"] == 52 and metrics["count"] == 53
     rows = [json.loads(line) for line in output.with_name("dire.per_question.jsonl").read_text().splitlines()]

@@ -21,7 +21,7 @@ from musique_models.report.__main__ import main
 from musique_models.report.groups import group_runs
 from musique_models.report.paper import PAPER_RESULTS, PaperFigures, load_paper_results
 from musique_models.report.plot import TICK_CHARACTERS, ZERO_BAR, draw_report
-from musique_models.report.runs import RunRecord, record_from_wandb_run
+from musique_models.report.runs import LeaderboardFile, RunRecord, record_from_wandb_run
 from musique_models.report.tables import parse_markdown_table, table_rows
 
 TINY = [
@@ -274,32 +274,40 @@ def test_report_png_draws_zeros_missing_scores_values_and_the_papers_diamonds() 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def record(system: str, metrics: dict[str, float], origin: str) -> RunRecord:
-        config = {"dataset": {"name": "hotpotqa_20k", "sample": origin == "sample", "train_size": 20000}}
+    def record(system: str, metrics: dict[str, float], origin: str, dataset: str = "hotpotqa_20k") -> RunRecord:
+        config = {"dataset": {"name": dataset, "sample": origin == "sample", "train_size": 20000}}
         provenance = {"data": {"origin": origin, "files": {"dev": {"sha256": "f"}}}}
-        return RunRecord(
-            system, system, "hotpotqa_20k", origin == "sample", 1, metrics, config=config, provenance=provenance
-        )
+        return RunRecord(system, system, dataset, origin == "sample", 1, metrics, config=config, provenance=provenance)
 
     groups = group_runs(
         [
             record("1-Para", {"answer_f1": 0.0}, "official"),  # An zero, Sp missing; the paper's An is 64.8
             record("C-only", {"answer_f1": 0.25, "support_f1": 0.5}, "sample"),  # no diamond beside a sample
+            record("EE", {"answer_f1": 0.3}, "official", "musique_full"),  # the repository's dev An: 40.6
         ]
     )
     figure, axes = plt.subplots()
     draw_report(axes, groups, load_paper_results())  # the paper: 1-Para An 64.8, C-only An 18.4 and Sp 67.6
     heights = sorted(round(patch.get_height(), 3) for patch in axes.patches)
-    assert heights == [ZERO_BAR, 25.0, 50.0]  # the zero is a visible sliver; the missing Sp has no bar
-    assert sorted(text.get_text() for text in axes.texts) == ["0.0", "25.0", "50.0", "n/a"]
+    assert heights == [ZERO_BAR, 25.0, 30.0, 50.0]  # the zero is a visible sliver; a missing Sp has no bar
+    assert sorted(text.get_text() for text in axes.texts) == ["0.0", "25.0", "30.0", "50.0", "n/a", "n/a"]
     diamonds = [line for line in axes.lines if line.get_marker() == "D" and len(line.get_xdata())]
-    position = [group.system for group in groups].index("1-Para")  # An's bar is the left one of its group
-    assert [(float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in diamonds] == [(position - 0.19, 64.8)]
-    assert "the paper" in [text.get_text() for text in axes.get_legend().get_texts()]
-    # the human score of HotpotQA (Table 4: An 84.5, Sp 92.5) across each bar, beside samples too
+    systems = [group.system for group in groups]  # An's bar is the left one of its group
+    drawn = [(float(line.get_xdata()[0]), float(line.get_ydata()[0]), line.get_fillstyle()) for line in diamonds]
+    assert sorted(drawn) == sorted(
+        [
+            (systems.index("1-Para") - 0.19, 64.8, "full"),
+            (systems.index("EE") - 0.19, 40.6, "none"),  # hollow: the repository's
+            (systems.index("EE") + 0.19, 32.5, "none"),
+        ]
+    )
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert "the paper" in legend and "official repo (dev)" in legend
+    # the human score of HotpotQA (Table 4: An 84.5, Sp 92.5) across each bar of the comparable group only; none for
+    # MuSiQue-Full (no human figure)
     human = sorted((round(float(y), 1), round(float(x1 - x0), 2)) for x0, x1, y in _dashed_segments(axes))
-    assert human == [(84.5, 0.38), (84.5, 0.38), (92.5, 0.38), (92.5, 0.38)]
-    assert "human score (paper, dev)" in [text.get_text() for text in axes.get_legend().get_texts()]
+    assert human == [(84.5, 0.38), (92.5, 0.38)]
+    assert "human score (paper, dev)" in legend
     plt.close(figure)
 
 
@@ -332,11 +340,16 @@ def test_dire_md_sets_each_dire_score_beside_its_original(runs_root: Path, tmp_p
         "support_f1",
         "dire_support_f1",
         "dire_joint_f1",
+        "dire_count",
     ]
-    for row in rows:
+    for row in rows:  # every row from the DiRe scoring's own metrics, the original scores included
         for column, suffix in (("all", ""), ("2hop", "_2hop"), ("3hop", "_3hop"), ("4hop", "_4hop")):
             value = scored.get(row["metric"] + suffix)
-            assert row[column] == ("–" if value is None else f"{100 * value:.1f}"), (row["metric"], column)
+            if value is None:
+                assert row[column] == "–", (row["metric"], column)
+            else:
+                expected = f"{value:.0f}" if row["metric"] == "dire_count" else f"{100 * value:.1f}"
+                assert row[column] == expected, (row["metric"], column)
 
 
 def test_unfinished_runs_are_skipped_with_a_warning(runs_root: Path, tmp_path: Path, capsys) -> None:
@@ -438,7 +451,10 @@ SPLIT_RUNS = [
         "EE",
         "musique_full",
         {"answer_f1": 0.4, "support_f1": 0.3, "group_answer_sufficiency_f1": 0.2, "group_support_sufficiency_f1": 0.25},
-        leaderboard_files={"musique_full": "/runs/EE/evaluations/musique_full-test/predictions.jsonl"},
+        leaderboard_files={
+            "musique_full": LeaderboardFile("/runs/EE/evaluations/musique_full-test/predictions.jsonl"),
+            "musique_ans": LeaderboardFile("/runs/EE/evaluations/musique_ans-test/predictions.jsonl", "[sample]"),
+        },
     ),
     _official_record(
         "EX(SA)",
@@ -515,6 +531,7 @@ def test_every_paper_cell_comes_from_the_data_file_with_the_runs_split(tmp_path:
             dataset = next(d for d, name in LABELS.items() if column.startswith(name + " "))
             assert float(cell) == pytest.approx(test[(row["system"], dataset, column[len(LABELS[dataset]) + 1 :])])
     assert next(row for row in hidden if row["system"] == "EE")["our leaderboard files"] == (
+        "EE, MuSiQue-Ans [sample]: /runs/EE/evaluations/musique_ans-test/predictions.jsonl<br>"
         "EE, MuSiQue-Full: /runs/EE/evaluations/musique_full-test/predictions.jsonl"
     )
 
@@ -540,9 +557,10 @@ def test_every_paper_cell_comes_from_the_data_file_with_the_runs_split(tmp_path:
     reference = (out / "paper.md").read_text()
     for table in ("Table 3", "Table 6", "Table 7"):
         section = reference.split(f"## {table}:")[1].split("\n## ")[0]
-        printed_values = sorted(float(c) for r in parse_markdown_table(section) for k, c in r.items() if k != "setting")
+        rows = parse_markdown_table(section)
+        printed_values = sorted(float(c) for r in rows for k, c in r.items() if k not in ("setting", "split"))
+        assert {r["split"] for r in rows} == {"dev"}, table
         assert printed_values == sorted(f["value"] for f in raw if f["table"] == table), table
-        assert "(dev)" in section.splitlines()[0]
 
 
 def test_a_malformed_paper_file_is_refused_naming_the_file_entry_and_field(tmp_path: Path) -> None:
@@ -554,3 +572,78 @@ def test_a_malformed_paper_file_is_refused_naming_the_file_entry_and_field(tmp_p
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(ReportError, match=r"paper_results.yaml: figures\[3\]: field split: 'validation'"):
         load_paper_results(bad)
+
+
+def test_a_run_shows_the_dire_scoring_of_its_own_evaluation_set_and_musiques_leaderboard_files(tmp_path: Path) -> None:
+    """Of a run's `evaluations/` folders, DiRe comes from the one scoring of its own dataset, split, sample and size
+    (partition half; on HotpotQA the official conversion's `dire_min_paragraphs=5` first), never merged with
+    another; only MuSiQue's test predictions are leaderboard files, each saying what it covers."""
+    from musique_models.report.runs import find_run_folders
+
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {"model_name": "select_answer", "dataset": {"name": "hotpotqa_20k", "sample": False, "train_size": 20000}}
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "seed": 1, "eval_size": None, "eval_split": "dev"}))
+    write_json(run / "status.json", {"status": "finished"})
+    write_json(run / "metrics.json", {"answer_f1": 0.5})
+
+    def scoring(folder: str, metrics: dict[str, float] | None, **fields: object) -> None:
+        path = run / "evaluations" / folder
+        path.mkdir(parents=True)
+        (path / "predictions.jsonl").write_text("")
+        if metrics is not None:
+            write_json(path / "metrics.json", metrics)
+        dataset, _, rest = folder.partition("-")
+        recorded = {"dataset": dataset, "split": rest.split("-")[0], "sample": False, "eval_size": None}
+        write_json(path / "scoring.json", {**recorded, "mode": "dire", "partition": "half", **fields})
+
+    scoring("hotpotqa_20k-train-dire-half", {"dire_answer_f1": 0.9})  # another split
+    scoring("musique_ans-dev-dire-half", {"dire_answer_f1": 0.8}, dataset="musique_ans")  # another dataset
+    scoring("hotpotqa_20k-dev-dire-rest_vs_last", {"dire_answer_f1": 0.7}, partition="rest_vs_last")
+    scoring("hotpotqa_20k-dev-dire-half", {"dire_answer_f1": 0.4})
+    scoring("hotpotqa_20k-dev-dire-half-min5paragraphs", {"dire_answer_f1": 0.3, "dire_skipped_count": 1.0},
+            dire_min_paragraphs=5)  # fmt: skip
+    scoring("musique_ans-test", None, dataset="musique_ans", split="test", mode="standard", sample=True)
+    scoring("musique_full-test", None, dataset="musique_full", split="test", mode="standard")
+    scoring("2wiki_20k-test", None, dataset="2wiki_20k", split="test", mode="standard")  # not in Table 5
+
+    [record], _ = find_run_folders([run])
+    assert record.dire_metrics == {"dire_answer_f1": 0.3, "dire_skipped_count": 1.0}
+    assert record.dire_source == str(run / "evaluations/hotpotqa_20k-dev-dire-half-min5paragraphs")
+    assert record.leaderboard_files == {
+        "musique_ans": LeaderboardFile(str(run / "evaluations/musique_ans-test/predictions.jsonl"), "[sample]"),
+        "musique_full": LeaderboardFile(str(run / "evaluations/musique_full-test/predictions.jsonl"), ""),
+    }
+    # without the official conversion's scoring, the one of every question; a scoring of 100 questions is not the
+    # run's own (the run scored the whole split)
+    shutil.rmtree(run / "evaluations/hotpotqa_20k-dev-dire-half-min5paragraphs")
+    [record], _ = find_run_folders([run])
+    assert record.dire_metrics == {"dire_answer_f1": 0.4}
+    write_json(run / "evaluations/hotpotqa_20k-dev-dire-half/scoring.json",
+               {"dataset": "hotpotqa_20k", "split": "dev", "sample": False, "eval_size": 100, "partition": "half"})  # fmt: skip
+    [record], _ = find_run_folders([run])
+    assert record.dire_metrics == {} and record.dire_source is None
+
+
+def test_what_a_repeat_of_a_seed_was_scored_with_counts_for_the_kept_run() -> None:
+    """The newest run of a seed counts; the DiRe scoring and leaderboard files of an older repeat (same settings,
+    same data) stay with it, so the order in which identical runs were made does not lose them."""
+    older = _official_record(
+        "SA",
+        "musique_ans",
+        {"answer_f1": 0.5},
+        dire_metrics={"dire_answer_f1": 0.3},
+        dire_source="/runs/older/evaluations/musique_ans-dev-dire-half",
+        leaderboard_files={
+            "musique_ans": LeaderboardFile("/runs/older/evaluations/musique_ans-test/predictions.jsonl")
+        },
+        made_at=1.0,
+    )
+    newer = _official_record("SA", "musique_ans", {"answer_f1": 0.5}, made_at=2.0)
+    newer.source = "/runs/newer"
+    [group] = group_runs([older, newer])
+    [kept] = group.runs
+    assert kept.source == "/runs/newer" and [repeat.source for repeat in group.repeats] == [older.source]
+    assert kept.dire_metrics == {"dire_answer_f1": 0.3} and kept.dire_source == older.dire_source
+    assert kept.leaderboard_files == older.leaderboard_files
+    assert newer.dire_metrics == {}  # the records read are left as they were
