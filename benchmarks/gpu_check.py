@@ -79,7 +79,7 @@ from musique_models.plan import (  # noqa: E402
     project,
 )
 from musique_models.plan.jobs import BEAM_QUESTION_TOKENS, BEAM_RETRIEVER, READER, SELECTOR, SEQ2SEQ  # noqa: E402
-from musique_models.plan.projection import JOB_HEADERS, job_rows, missing_lines, table  # noqa: E402
+from musique_models.plan.projection import JOB_HEADERS, Projection, job_rows, missing_lines, table  # noqa: E402
 
 OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
@@ -643,9 +643,8 @@ def component_rows(results: dict[str, Any], usage: dict[str, int]) -> list[list[
     return rows
 
 
-def markdown(results: dict[str, Any], usage: dict[str, int], jobs: list, overrides: list[str]) -> str:
+def markdown(results: dict[str, Any], usage: dict[str, int], projection: Projection, overrides: list[str]) -> str:
     """The results as markdown: the settings, the components' table, the projection's table."""
-    projection = project(jobs, parse_throughput(results, "this run"))
     kind = "tiny shapes (--tiny): a smoke test, not the real models" if results["tiny"] else "the real shapes"
     lines = [
         f"# GPU check: {results['device']}",
@@ -686,16 +685,19 @@ def markdown(results: dict[str, Any], usage: dict[str, int], jobs: list, overrid
 
 def write_results(
     results: dict[str, Any], usage: dict[str, int], jobs: list, overrides: list[str], paths: dict[str, Path | None]
-) -> None:
-    """Rewrite the JSON and markdown results (atomically), with the projection of what is measured so far."""
+) -> str:
+    """Rewrite the JSON and markdown results (atomically), with the projection of what is measured so far; returns
+    the markdown."""
     results["wall_s"] = _elapsed()
     projection = project(jobs, parse_throughput(results, "this run"))
     results["projection"] = projection.as_dict(stages=False)
+    text = markdown(results, usage, projection, overrides)
     if paths["json"] is not None:
         write_json(paths["json"], results)
     if paths["markdown"] is not None:
         with atomic_open(paths["markdown"]) as handle:
-            handle.write(markdown(results, usage, jobs, overrides))
+            handle.write(text)
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -822,9 +824,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{_elapsed():6.1f} s  {component.key}: {progress(record)}", flush=True)
         del built
         free_memory(device, collect=True)
-    write_results(results, usage, jobs, overrides, paths)
+    text = write_results(results, usage, jobs, overrides, paths)
     print()
-    print(markdown(results, usage, jobs, overrides))
+    print(text)
     written = [str(path) for path in paths.values() if path is not None]
     print(f"wall {results['wall_s']:.1f} s; results in {', '.join(written) or '(no file: give --json/--markdown)'}")
 

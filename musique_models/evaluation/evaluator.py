@@ -93,6 +93,15 @@ def evaluate_files(
         return evaluate_predictions(golds, predictions)
 
 
+def left_out_of_dire(golds: Sequence[GoldInstance], min_paragraphs: int | None) -> set[str]:
+    """Ids of the answerable questions that `min_paragraphs` leaves out of DiRe (none when it is None)."""
+    return {
+        gold.id
+        for gold in golds
+        if gold.answerable and has_too_few_paragraphs(len(gold.paragraph_idxs), min_paragraphs)
+    }
+
+
 def dire_results(
     golds: Sequence[GoldInstance],
     predictions: Sequence[Prediction],
@@ -141,11 +150,8 @@ def dire_results(
                 field="predicted_support_idxs",
             )
         probes[probe.id][probe.probe] = (line, probe)
-    scored = {
-        question_id: gold
-        for question_id, gold in answerable.items()
-        if not has_too_few_paragraphs(len(gold.paragraph_idxs), min_paragraphs)
-    }
+    left_out = left_out_of_dire(golds, min_paragraphs)
+    scored = {question_id: gold for question_id, gold in answerable.items() if question_id not in left_out}
     incomplete = [question_id for question_id in scored if len(probes.get(question_id, {})) != 2]
     if incomplete:
         raise DataFormatError(
@@ -188,11 +194,7 @@ def dire_report(
     report = evaluate_predictions(golds, predictions)
     results = dire_results(golds, predictions, probe_predictions, probe_path, data_format, min_paragraphs)
     report.metrics.update(aggregate_dire(results))
-    skipped = {
-        gold.id
-        for gold in golds
-        if gold.answerable and has_too_few_paragraphs(len(gold.paragraph_idxs), min_paragraphs)
-    }
+    skipped = left_out_of_dire(golds, min_paragraphs)
     if min_paragraphs is not None:
         report.metrics["dire_skipped_count"] = float(len(skipped))
     by_id = {result.id: result for result in results}
