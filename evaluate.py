@@ -39,5 +39,5 @@ else:
         with user_errors_exit():
             return evaluate(cfg)
 
-    with user_errors_exit():  # composition errors: a bad override, an unknown dataset=
+    with user_errors_exit(config_name="evaluate"):  # composition errors: a bad override, an unknown dataset=
         main()

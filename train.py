@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import os
 
-import hydra
-from omegaconf import DictConfig
+# Light modules only: this attempt begins and its stop handlers are in place before anything heavy loads, so that
+# Ctrl-C or a SIGTERM is honoured from the first moment (musique_models.training.stop).
+from musique_models.run_files import begin_attempt, discard_unstarted_run, mark_run_start
+from musique_models.training.stop import STOP, RunInterrupted, stopped_before_start
 
-import musique_models  # noqa: F401  (sets PROJECT_ROOT for the configs)
-from musique_models.errors import user_errors_exit
+if __name__ == "__main__":
+    begin_attempt()
+    STOP.install(slurm="SLURM_JOB_ID" in os.environ)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from musique_models.errors import user_errors_exit  # noqa: E402
 
 # Hydra then raises config errors instead of printing them over several lines: user_errors_exit prints one.
 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
@@ -16,12 +24,24 @@ os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    with user_errors_exit():  # inside too: Hydra would print a line of its own before re-raising
-        from musique_models.cli.train import train  # heavy libraries load only once the config has composed
+    from hydra.core.hydra_config import HydraConfig
 
-        return train(cfg)
+    output_dir = HydraConfig.get().runtime.output_dir
+    try:
+        # first: a folder left by a kill from here on is known as this run's start (ckpt_path=last starts it afresh)
+        mark_run_start(output_dir)
+        with user_errors_exit():  # inside too: Hydra would print a line of its own before re-raising
+            from musique_models.cli.train import train  # heavy libraries load only once the config has composed
+
+            return train(cfg)
+    except RunInterrupted as stop:  # before `train` took the signal over (while its libraries loaded)
+        discard_unstarted_run(output_dir)
+        raise stopped_before_start(str(stop)) from None
 
 
 if __name__ == "__main__":
-    with user_errors_exit():
-        main()
+    try:
+        with user_errors_exit(config_name="train"):
+            main()
+    except RunInterrupted as stop:  # while Hydra composed the config: no run folder yet
+        raise stopped_before_start(str(stop)) from None

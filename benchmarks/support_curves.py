@@ -230,13 +230,13 @@ def support_on_evaluation_split(run_dir: Path) -> dict[str, Any]:
     from hydra.utils import instantiate
 
     from musique_models.cli.score_run import load_trained_run
-    from musique_models.cli.train import first_questions
+    from musique_models.cli.train import evaluation_subset
     from musique_models.evaluation.metrics import support_scores
 
     run = load_trained_run(run_dir)
     table = instantiate(run.cfg.dataset).load(run.cfg.eval_split)
     if run.cfg.get("eval_size"):
-        table = first_questions(table, run.cfg.eval_size)
+        table = evaluation_subset(table, run.cfg.eval_size)
     decoded = run.predictor.answer(table)
     gold_probs, other_probs, ranked, at = [], [], [], {t: [] for t in THRESHOLDS}
     for row, question in zip(table, decoded):

@@ -10,6 +10,10 @@ __version__ = "0.1.0"
 
 # Hydra configs resolve `paths.root_dir` from this variable (as lightning-hydra-template does with rootutils).
 _os.environ.setdefault("PROJECT_ROOT", str(PROJECT_ROOT))
+# MKL's strict reproducible mode: matrix products give the same result with any number of threads (no cost in
+# speed). MKL reads it at its first call, so it is set here, before anything of the package loads torch
+# (`musique_models.models.numerics`).
+_os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 from omegaconf import OmegaConf as _OmegaConf  # noqa: E402
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -108,15 +110,96 @@ def _unknown_setting(error: BaseException | None) -> str | None:
     return unknown_setting_message(key, schema)
 
 
+# Hydra's words for an override of a key the config does not have (its hint, `+key=...`, adds the key: rarely meant).
+_UNKNOWN_OVERRIDE = re.compile(r"Could not override '([^']+)'")
+
+
+# Hydra's command-line flags that take a value (the rest take none), and the one that names the primary config.
+_FLAGS_WITH_A_VALUE = {"--config-path", "-cp", "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+_CONFIG_NAME_FLAGS = {"--config-name", "-cn"}
+
+
+def command_line_overrides(argv: list[str], config_name: str) -> tuple[list[str], str] | None:
+    """The overrides of a command line (`argv` without the program) as one run composes them, and the primary
+    config's name: flags (`-m`, `--config-name X`, ...) set apart, a sweep (`seed=1,2`, `range(...)`) replaced by
+    its first value. None when the overrides do not parse."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    kept, arguments = [], iter(argv)
+    for argument in arguments:
+        flag, _, value = argument.partition("=")
+        if flag in _CONFIG_NAME_FLAGS:
+            config_name = value or next(arguments, config_name)
+        elif flag in _FLAGS_WITH_A_VALUE:
+            if not value:
+                next(arguments, None)
+        elif not argument.startswith("-"):
+            kept.append(argument)
+    try:
+        parsed = OverridesParser.create().parse_overrides(kept)
+    except Exception:  # Hydra says what is wrong with them
+        return None
+    overrides = [
+        f"{item.get_key_element()}={next(item.sweep_string_iterator())}"
+        if item.is_sweep_override()
+        else item.input_line
+        for item in parsed
+    ]
+    return overrides, config_name
+
+
+def unknown_key_message(key: str, config_name: str, argv: list[str]) -> str | None:
+    """For an override of `key`, which the config `config_name` (composed with the command line's other overrides,
+    `argv`) does not have: `unknown key `datset`; did you mean `dataset`?`, or the keys its parent has when none is
+    close. None when the config cannot be composed without it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import DictConfig, OmegaConf
+
+    from musique_models import PROJECT_ROOT
+
+    command_line = command_line_overrides(argv, config_name)
+    if command_line is None:
+        return None
+    overrides, config_name = command_line
+    kept = [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+            cfg = compose(config_name, overrides=kept)
+    except Exception:  # another override is wrong too: Hydra's own words then
+        return None
+    parts = key.split(".")
+    missing = object()
+    depth = next(
+        (i for i in range(len(parts)) if OmegaConf.select(cfg, ".".join(parts[: i + 1]), default=missing) is missing),
+        len(parts) - 1,
+    )
+    parent, leaf = ".".join(parts[:depth]), parts[depth]
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if not isinstance(node, DictConfig):
+        return f"unknown key `{key}`: `{parent}` is a value, not a group of settings"
+    keys = sorted(str(name) for name in node)
+    close = difflib.get_close_matches(leaf, keys, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key `{key}`; did you mean `{'.'.join([*parts[:depth], close[0], *parts[depth + 1 :]])}`?"
+    return f"unknown key `{key}` ({f'`{parent}`' if parent else 'the config'} has: {', '.join(keys)})"
+
+
 @contextmanager
-def user_errors_exit() -> Iterator[None]:
-    """Turn the errors a user can cause (bad files, missing data, bad overrides) into one line on stderr and exit
-    status 2; anything else (a bug) keeps its traceback."""
+def user_errors_exit(config_name: str | None = None) -> Iterator[None]:
+    """Turn the errors a user can cause (bad files, missing data, bad overrides) into one line on stderr (with the
+    error's notes, in parentheses) and exit status 2; anything else (a bug) keeps its traceback. With `config_name`,
+    an override of a key the config lacks gets the closest key instead of Hydra's `+key` hint."""
     try:
         yield
     except Exception as error:
         message = user_error_message(error)
         if message is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
+        unknown = _UNKNOWN_OVERRIDE.match(message) if config_name is not None else None
+        if unknown is not None:
+            message = unknown_key_message(unknown.group(1), config_name, sys.argv[1:]) or message
+        notes = "".join(f" ({note})" for note in getattr(error, "__notes__", ()))
+        print(f"error: {message}{notes}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,3 +102,22 @@ def code_fingerprint(*modules: str) -> str:
             digest.update(f"{module}:{path.relative_to(origin.parent)}".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why the checkpoint at `path` cannot be used, in a few words (`truncated: ...`, `corrupted: ...`, `missing`),
+    or None when it is whole. A torch checkpoint is a zip archive whose members carry CRC-32 checksums: every member is
+    read and checked (torch.load itself checks none, and reads a cut file as a traceback)."""
+    path = Path(path)
+    if not path.is_file():
+        return "missing"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except zipfile.BadZipFile as error:
+        return f"truncated or not a checkpoint ({path.stat().st_size} bytes; {error})"
+    except (OSError, EOFError, zlib.error, ValueError) as error:
+        return f"truncated ({error})"
+    if damaged is not None:
+        return f"corrupted (the checksum of its member {damaged} does not match)"
+    return None

@@ -8,6 +8,13 @@ takes them from here (docs/training.md, *The run folder*, describes each).
 
 from __future__ import annotations
 
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
 # The run
 CONFIG_FILE = "config.yaml"  # the resolved configuration (what a resume is checked against)
 STATUS_FILE = "status.json"
@@ -45,3 +52,74 @@ def subsample_ids_file(split: str) -> str:
 def stage_ranking_file(split: str) -> str:
     """A selector stage's ranking of a split it ranked for its answerer (`ranking_train.json`)."""
     return f"ranking_{split}.json"
+
+
+# This attempt at a run (`begin_attempt`): its id, in the `status.json` it writes (a status written by another
+# attempt is an earlier start), and when it began (a run folder made before then is not this attempt's).
+ATTEMPT = uuid.uuid4().hex
+ATTEMPT_START = time.time()
+
+
+def begin_attempt() -> None:
+    """Start a new attempt at a run in this process: a new `ATTEMPT` id and `ATTEMPT_START` (train.py does so first
+    thing; a process forked from one that ran an attempt would otherwise share its id)."""
+    global ATTEMPT, ATTEMPT_START
+    ATTEMPT, ATTEMPT_START = uuid.uuid4().hex, time.time()
+
+
+# What Hydra writes into a run's folder before the run starts: its config copies and the log file.
+HYDRA_FILES = frozenset({".hydra", LOG_FILE})
+
+
+def current_attempt() -> str:
+    """This attempt's id (`ATTEMPT`, read at call time: `begin_attempt` replaces it)."""
+    return ATTEMPT
+
+
+def run_status(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run folder's `status.json`, or None when it has none (or none that can be read)."""
+    try:
+        status = json.loads((Path(run_dir) / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def mark_run_start(run_dir: str | Path) -> None:
+    """Give a run folder that holds nothing but Hydra's files the status `starting` (with this attempt's id), the
+    moment `train.py` starts: a folder left by an attempt killed in its first seconds is then known as a run's start
+    (`ckpt_path=last` starts it afresh there), never taken for a mistyped folder. A folder of Hydra's files made
+    before this process began (an attempt killed before it marked its start: Hydra adds no entry to it on a rerun)
+    is marked an `earlier_start`."""
+    from musique_models.io import write_json
+
+    run_dir = Path(run_dir)
+    if run_dir.is_dir() and set(os.listdir(run_dir)) <= HYDRA_FILES:
+        earlier = run_dir.stat().st_mtime < ATTEMPT_START
+        status = {"status": "starting", "pid": os.getpid(), "attempt": current_attempt(), "earlier_start": earlier}
+        write_json(run_dir / STATUS_FILE, status)
+
+
+def holds_only_this_start(run_dir: str | Path) -> bool:
+    """Whether `run_dir` holds nothing but what Hydra and this attempt's start wrote (so it may be removed if the
+    run stops before it does anything): never a folder holding another run, another attempt's start, or a user's
+    files. True for a folder that does not exist."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return True
+    entries = set(os.listdir(run_dir))
+    if STATUS_FILE in entries:
+        status = run_status(run_dir)
+        if status is None or status.get("attempt") != current_attempt() or status.get("status") != "starting":
+            return False
+    return entries - {STATUS_FILE} <= HYDRA_FILES
+
+
+def discard_unstarted_run(run_dir: str | Path) -> bool:
+    """Remove `run_dir` if it holds only this attempt's start (`holds_only_this_start`); whether it did."""
+    import shutil
+
+    if Path(run_dir).exists() and holds_only_this_start(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return True
+    return False

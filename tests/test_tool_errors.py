@@ -37,7 +37,7 @@ CASES = {
     ),
     "evaluate-bad-override": (
         [*EVALUATE, "gold_file=x", f"predictions={PREDICTIONS}", f"gold={GOLD}"],
-        "Could not override 'gold_file'",
+        "unknown key `gold_file`; did you mean `gold`?",
     ),
     "evaluate-missing-predictions-file": (
         [*EVALUATE, "predictions={tmp}/none.jsonl", f"gold={GOLD}"],

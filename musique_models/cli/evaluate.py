@@ -12,6 +12,7 @@ from musique_models.data.formats import FORMATS
 from musique_models.data.probe import ProbeOptionError, check_min_paragraphs
 from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.evaluator import evaluate_dire_files, evaluate_files, metrics_table, write_report
+from musique_models.run_files import CONFIG_FILE, STATUS_FILE, run_status
 
 MODES = ("standard", "dire")
 _REQUIRED = {
@@ -81,12 +82,33 @@ def check_options(cfg: DictConfig) -> None:
                 f"run= predicts with a trained run and scores its own predictions; drop {', '.join(given)}= "
                 "(or drop run= to score existing files)"
             )
+        check_run_folder(cfg.run)
         return
     for key, usage in _REQUIRED.items():
         if OmegaConf.is_missing(cfg, key) or not cfg[key]:
             raise EvaluateConfigError(f"evaluate.py needs {usage}")
     if cfg.mode == "dire" and not cfg.probe_predictions:
         raise EvaluateConfigError("mode=dire needs probe_predictions=PATH (the DiRe probe prediction jsonl)")
+
+
+def check_run_folder(run_dir: str | Path) -> Path:
+    """`run_dir` if it holds a finished train.py run, else `EvaluateConfigError` in one line: no such folder, not a
+    run folder, or a run that did not finish (with the command that resumes it). Reads two small files: it answers
+    before torch loads."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise EvaluateConfigError(f"run={run_dir}: no such folder")
+    status = run_status(run_dir)
+    if status is None or not (run_dir / CONFIG_FILE).exists():
+        raise EvaluateConfigError(f"run={run_dir}: not a train.py run folder (no {STATUS_FILE} and {CONFIG_FILE})")
+    if status.get("status") != "finished":
+        command = status.get("resume_command") or (
+            f"python train.py ckpt_path=last hydra.run.dir={run_dir} with its own arguments"
+        )
+        raise EvaluateConfigError(
+            f"run={run_dir}: the run is {status.get('status')}, not finished; resume it ({command}), then predict"
+        )
+    return run_dir
 
 
 def _given(cfg: DictConfig, key: str) -> bool:
@@ -120,6 +142,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     # plain prints: paths are never wrapped, whatever the terminal's width (they are copied into commands)
     print(f"{cfg.predictions} scored against {cfg.gold}")
     Console().print(metrics_table(report.metrics, title=f"{cfg.mode} metrics"))
+    for line in report.warnings:
+        print(f"warning: {line}")
     print_dire_skips(report.metrics, min_paragraphs)
     print(f"metrics: {output}\nper-question scores: {per_question}")
     return report.metrics

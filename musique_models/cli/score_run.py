@@ -17,7 +17,6 @@ shipped sample or not, `eval_size`, rows, mode, partition, `dire_min_paragraphs`
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +26,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from musique_models.cli.evaluate import dire_min_paragraphs, print_dire_skips
+from musique_models.cli.evaluate import check_run_folder, dire_min_paragraphs, print_dire_skips
 from musique_models.cli.train import (
-    first_questions,
+    evaluation_subset,
     instantiate_recipe,
     quiet_libraries,
-    set_threads,
 )
 from musique_models.data.features import FEATURES
 from musique_models.data.probe import check_partition, probe_instances, write_probe_file
@@ -56,8 +54,8 @@ from musique_models.run_files import (
     METRICS_FILE,
     PREDICTIONS_FILE,
     SCORING_FILE,
-    STATUS_FILE,
 )
+from musique_models.training.threads import choose_threads
 
 log = logging.getLogger(__name__)
 
@@ -78,18 +76,8 @@ class TrainedRun:
 def load_trained_run(run_dir: str | Path) -> TrainedRun:
     """The finished run in `run_dir`, every stage's best checkpoint loaded (nothing trains); `RunScoringError` or
     `StageNotFinishedError` (one line each) for a folder that holds no finished run."""
-    run_dir = Path(run_dir)
-    status_file, config_file = run_dir / STATUS_FILE, run_dir / CONFIG_FILE
-    if not status_file.exists() or not config_file.exists():
-        raise RunScoringError(f"run={run_dir}: not a train.py run folder (no {STATUS_FILE} and {CONFIG_FILE})")
-    record = json.loads(status_file.read_text())
-    status = record.get("status")
-    if status != "finished":
-        command = record.get("resume_command") or (
-            f"python train.py ckpt_path=last hydra.run.dir={run_dir} with its own arguments"
-        )
-        raise RunScoringError(f"run={run_dir}: the run is {status}, not finished; resume it ({command}), then predict")
-    cfg = OmegaConf.load(config_file)
+    run_dir = check_run_folder(run_dir)
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
     if cfg.get("model") is None:
         raise RunScoringError(f"run={run_dir}: the run trained no model (model=null)")
     predictor = instantiate_recipe(cfg).load(cfg, run_dir)
@@ -98,8 +86,8 @@ def load_trained_run(run_dir: str | Path) -> TrainedRun:
 
 def prediction_split(cfg: DictConfig, run_cfg: DictConfig) -> tuple[DatasetSource, str, datasets.Dataset, int | None]:
     """The dataset source, split name, table to predict and the questions it was cut to (None: the whole split):
-    `dataset=`/`split=` when given, else the run's own evaluation split (its first `eval_size` questions, as the run
-    scored them)."""
+    `dataset=`/`split=` when given, else the run's own evaluation split (the `eval_size` questions the run
+    scored)."""
     own_dataset = cfg.get("dataset") is None
     source: DatasetSource = instantiate(run_cfg.dataset if own_dataset else cfg.dataset)
     split = cfg.get("split") or run_cfg.eval_split
@@ -111,7 +99,7 @@ def prediction_split(cfg: DictConfig, run_cfg: DictConfig) -> tuple[DatasetSourc
     eval_size = cfg.get("eval_size")
     if eval_size is None and own_dataset and split == run_cfg.eval_split:
         eval_size = run_cfg.get("eval_size")
-    return source, split, first_questions(table, eval_size) if eval_size else table, eval_size or None
+    return source, split, evaluation_subset(table, eval_size) if eval_size else table, eval_size or None
 
 
 def default_output_dir(
@@ -131,7 +119,9 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     partition = check_partition(cfg.get("partition") or "half")
     min_paragraphs = dire_min_paragraphs(cfg)
     run = load_trained_run(cfg.run)
-    set_threads(cfg.get("threads") if cfg.get("threads") is not None else run.cfg.trainer.get("threads"))
+    choose_threads(
+        cfg.get("threads") if cfg.get("threads") is not None else run.cfg.trainer.get("threads"), "prediction"
+    )
     source, split, table, eval_size = prediction_split(cfg, run.cfg)
     labelled = source.is_labelled(split)
     if cfg.mode == "dire" and not labelled:
@@ -186,6 +176,8 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
     per_question = write_report(report, output_dir / METRICS_FILE)
     write_json(output_dir / SCORING_FILE, scoring)
     Console().print(metrics_table(report.metrics, title=f"{run.cfg.model_name} on {source.name} {split}"))
+    for line in report.warnings:
+        print(f"warning: {line}")
     if cfg.mode == "dire":
         print_dire_skips(report.metrics, min_paragraphs)
     print(f"metrics: {output_dir / METRICS_FILE}\nper-question scores: {per_question}")

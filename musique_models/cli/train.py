@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import io
 import json
 import logging
@@ -11,37 +12,43 @@ import re
 import shlex
 import shutil
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from musique_models import PROJECT_ROOT
+from musique_models.cli.closing import sample_run_lines
 from musique_models.data.schema import Example
 from musique_models.data.source import DatasetSource, no_sample_message
+from musique_models.data.subsample import EVALUATION_SUBSET_SEED, evaluation_subset_indices
 from musique_models.data.summary import print_summary
 from musique_models.errors import MusiqueModelsError, unknown_setting_message, user_error_message
 from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
-from musique_models.io import atomic_open, write_json
+from musique_models.io import atomic_open, checkpoint_problem, write_json
+from musique_models.models.hub import hub_folder
 from musique_models.run_files import (
     CHECKPOINTS_FOLDER,
     CONFIG_FILE,
-    LOG_FILE,
     METRICS_FILE,
     PREDICTIONS_FILE,
     PROVENANCE_FILE,
     RESUME_FILE,
     STAGE_FILE,
     STATUS_FILE,
+    current_attempt,
+    discard_unstarted_run,
+    holds_only_this_start,
+    run_status,
+    subsample_ids_file,
 )
 from musique_models.settings import unknown_settings
 from musique_models.training.provenance import (
@@ -53,13 +60,12 @@ from musique_models.training.provenance import (
     override_keys,
     run_provenance,
 )
+from musique_models.training.stop import STOP, RunInterrupted, requeue_slurm_job, stopped_before_start
 
 # torch, Lightning and what imports them (the training layer's callbacks and loggers, the recipes) load only once a
 # run has passed its checks: a refused run answers in about a second instead of ten.
 if TYPE_CHECKING:
     from musique_models.recipes.base import Recipe
-    from musique_models.training.resume import RunInterrupted
-
 log = logging.getLogger(__name__)
 
 
@@ -77,30 +83,40 @@ def run_dir(cfg: DictConfig) -> Path:
 def train(cfg: DictConfig) -> float | None:
     """Load the dataset, train the configured recipe, predict the evaluation split and score it.
 
-    Writes into the run folder `config.yaml`, `provenance.json`, `status.json` (running / finished / failed with
-    the error / interrupted with the command that resumes it), `predictions.jsonl` (official format) and
+    Writes into the run folder `config.yaml`, `provenance.json`, `status.json` (starting / running / finished /
+    failed with the error / interrupted with the command that resumes it), `predictions.jsonl` (official format) and
     `metrics.json` (the evaluator's keys); returns `cfg.optimized_metric` for Hydra sweepers (None when no model is
-    configured). A run refused before it starts, or stopped by a user error before any stage trained, removes the
-    folder Hydra made for it; a refusal never touches the status of a run that is already in the folder.
+    configured). A run refused or stopped before it starts, or stopped by a user error before any stage trained,
+    removes the folder Hydra made for it (and says so); a refusal never touches the status of a run that is already
+    in the folder.
     """
     output_dir = run_dir(cfg)
-    made_for_this_run = is_made_for_this_run(output_dir)
+    made_for_this_run = holds_only_this_start(output_dir)
     try:
         check_run_config(cfg, output_dir)
-    except RunConfigError:
-        if made_for_this_run:
-            shutil.rmtree(output_dir, ignore_errors=True)
+    except BaseException as error:
+        stopped = is_interruption(error)
+        if made_for_this_run and (stopped or user_error_message(error) is not None):
+            discard_unstarted_run(output_dir)
+        if stopped:
+            raise stopped_before_start(interruption_reason(error)) from None
         raise
     print(f"run folder: {output_dir}", flush=True)  # never wrapped: it is copied into commands
     write_to_log_file(f"run folder: {output_dir}")
     if cfg.get("ckpt_path") == "last" and is_finished(output_dir):
-        log.info("the run in %s already finished: nothing to resume (its metrics: %s)", output_dir, METRICS_FILE)
-        return json.loads((output_dir / METRICS_FILE).read_text()).get(cfg.optimized_metric)
-    write_json(output_dir / STATUS_FILE, {"status": "running", "pid": os.getpid()})
-    from musique_models.training.resume import STOP
-
+        damaged = damaged_best_checkpoints(output_dir)
+        if not damaged:
+            log.info("the run in %s already finished: nothing to resume (its metrics: %s)", output_dir, METRICS_FILE)
+            return json.loads((output_dir / METRICS_FILE).read_text()).get(cfg.optimized_metric)
+        log.warning(
+            "the run in %s finished, but a best checkpoint is damaged (%s): its stage is trained again and the "
+            "split predicted again",
+            output_dir,
+            "; ".join(damaged),
+        )
     try:
         with STOP.handling(slurm="SLURM_JOB_ID" in os.environ):
+            start_run(cfg, output_dir)
             result = _train(cfg, output_dir, Console())
     except BaseException as error:
         if is_interruption(error):
@@ -108,6 +124,7 @@ def train(cfg: DictConfig) -> float | None:
         user_error = user_error_message(error) is not None
         if user_error and made_for_this_run and not has_trained(output_dir):
             shutil.rmtree(output_dir, ignore_errors=True)
+            error.add_note(f"run folder {output_dir} removed: the run stopped before it trained anything")
             raise
         message = f"{type(error).__name__}: {error}"
         if isinstance(error, RunConfigError):  # a resume refused once its data were read: the run stays as it was
@@ -122,23 +139,46 @@ def train(cfg: DictConfig) -> float | None:
     return result
 
 
-# What Hydra writes into a run's folder before the run starts: its config copies and the log file.
-HYDRA_FILES = {".hydra", LOG_FILE}
+def start_run(cfg: DictConfig, output_dir: Path) -> None:
+    """Write the run's `config.yaml` (its first attempt's: what every resume is checked against), then its status
+    `running`: a folder that holds a status holds a config, except after a kill in between, which
+    `ckpt_path=last` takes for an aborted start."""
+    if not (output_dir / CONFIG_FILE).exists():
+        with atomic_open(output_dir / CONFIG_FILE) as handle:
+            handle.write(OmegaConf.to_yaml(cfg, resolve=True))
+    write_json(output_dir / STATUS_FILE, {"status": "running", "pid": os.getpid(), "attempt": current_attempt()})
 
 
-def is_made_for_this_run(output_dir: Path) -> bool:
-    """Whether `output_dir` holds nothing but what Hydra wrote for this run (so it may be removed if the run stops
-    before it does anything): never a folder holding another run or a user's files."""
-    return not output_dir.exists() or set(os.listdir(output_dir)) <= HYDRA_FILES
+def is_aborted_start(output_dir: Path) -> bool:
+    """Whether `output_dir` holds the start of a run that an earlier attempt began and that stopped before it wrote
+    its configuration (a kill in its first seconds): a status, or the beginning of one, from another attempt, and
+    no `config.yaml`."""
+    if not output_dir.is_dir() or (output_dir / CONFIG_FILE).exists():
+        return False
+    if any(name.startswith(f".{STATUS_FILE}.") for name in os.listdir(output_dir)):
+        return True
+    status = run_status(output_dir)
+    if not (output_dir / STATUS_FILE).exists():
+        return False
+    return status is None or status.get("attempt") != current_attempt() or bool(status.get("earlier_start"))
 
 
 def is_finished(output_dir: Path) -> bool:
     """Whether the run in `output_dir` finished: its status says so and its metrics are written."""
-    try:
-        status = json.loads((output_dir / STATUS_FILE).read_text()).get("status")
-    except (OSError, ValueError):
-        return False
-    return status == "finished" and (output_dir / METRICS_FILE).exists()
+    status = run_status(output_dir)
+    return status is not None and status.get("status") == "finished" and (output_dir / METRICS_FILE).exists()
+
+
+def damaged_best_checkpoints(output_dir: Path) -> list[str]:
+    """`<stage>: <file> is <why>` for each finished stage of the run whose best checkpoint is not whole
+    (`io.checkpoint_problem`)."""
+    damaged = []
+    for record in sorted(output_dir.glob(f"*/{STAGE_FILE}")):
+        best = output_dir / json.loads(record.read_text())["best_checkpoint"]
+        problem = checkpoint_problem(best)
+        if problem is not None:
+            damaged.append(f"{record.parent.name}: {best} is {problem}")
+    return damaged
 
 
 def has_trained(output_dir: Path) -> bool:
@@ -149,8 +189,6 @@ def has_trained(output_dir: Path) -> bool:
 def is_interruption(error: BaseException) -> bool:
     """Whether the run stopped because it was asked to: a `RunInterrupted` in the error's chain, or, after a stop
     signal, Lightning's own exit on a signal (`KeyboardInterrupt`, `SystemExit`)."""
-    from musique_models.training.resume import STOP
-
     if _run_interrupted(error) is not None:
         return True
     return STOP.requested and isinstance(error, KeyboardInterrupt | SystemExit)
@@ -159,16 +197,12 @@ def is_interruption(error: BaseException) -> bool:
 def interruption_reason(error: BaseException) -> str:
     """What stopped the run, as the `RunInterrupted` in the error's chain says (`SIGINT received again: stopped at
     once`), else the signal's name."""
-    from musique_models.training.resume import STOP
-
     interruption = _run_interrupted(error)
     return str(interruption) if interruption is not None and str(interruption) else STOP.signal_name or "a stop request"
 
 
 def _run_interrupted(error: BaseException) -> RunInterrupted | None:
     """The first `RunInterrupted` in the error's chain (its causes and contexts), if any."""
-    from musique_models.training.resume import RunInterrupted
-
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -183,7 +217,6 @@ def interrupted(output_dir: Path, reason: str) -> SystemExit:
     """Record the stopped run as `interrupted` with its resume point and the command that resumes it, print both,
     requeue the job when SLURM asked (its time-limit or pre-emption signal), and give the exit to raise
     (128 + the signal's number, as a shell reports a process stopped by a signal)."""
-    from musique_models.training.resume import STOP, describe_resume_point, requeue_slurm_job
 
     command = resume_command(output_dir)
     record: dict[str, Any] = {"status": "interrupted", "signal": STOP.signal_name, "resume_command": command}
@@ -199,10 +232,12 @@ def interrupted(output_dir: Path, reason: str) -> SystemExit:
     write_json(output_dir / STATUS_FILE, record)
     where = "none: every finished stage is kept, the stage that was running starts afresh"
     if points:
-        try:
+        try:  # torch loads here when the stop came before it did (or in the middle of its import): then say less
+            from musique_models.training.resume import describe_resume_point
+
             where = f"{points[-1]}, {describe_resume_point(points[-1])}"
-        except Exception as error:  # the status is written; a point that cannot be read is only not described
-            where = f"{points[-1]} (not readable: {error})"
+        except Exception:  # the status is written; a point that cannot be described now is only not described
+            where = str(points[-1])
     log.warning("run interrupted (%s). Resume point: %s", reason, where)
     print(f"resume it with:\n  {command}", file=sys.stderr, flush=True)
     if sweep_command is not None:
@@ -319,11 +354,19 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
             "to reuse a trained selector pass model.selector_checkpoint=PATH"
         )
     check_data_overrides(cfg)
+    check_hub_backbones(cfg.get("model"))
     unknown = unknown_settings(cfg.get("model"), "model")
     if unknown:
         raise RunConfigError("; ".join(unknown_setting_message(key, schema) for key, schema in unknown))
     if cfg.get("ckpt_path") == "last" and not saved.exists() and in_multirun():
         log.info("%s holds no run yet (the sweep stopped before this job): starting it", output_dir)
+        cfg.ckpt_path = None
+    if cfg.get("ckpt_path") == "last" and not saved.exists() and is_aborted_start(output_dir):
+        log.warning(
+            "%s holds a run that stopped before it wrote its configuration (a kill in its first seconds): "
+            "starting the run afresh there",
+            output_dir,
+        )
         cfg.ckpt_path = None
     if cfg.get("ckpt_path") == "last":
         if not saved.exists():
@@ -366,6 +409,20 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
             f"trainer accelerator={accelerator}, but this machine has no usable GPU "
             "(use trainer=cpu, or trainer=default to pick the device automatically)"
         )
+
+
+def check_hub_backbones(node: Any) -> None:
+    """Every hub backbone the model config names is a local folder, in the local Hugging Face cache, or reachable
+    (`models.hub.hub_folder`): an offline run answers in one line before anything loads."""
+    if isinstance(node, DictConfig):
+        if (
+            str(node.get("_target_", "")).endswith("BackboneSpec")
+            and node.get("source", "hub") == "hub"
+            and node.get("path")
+        ):
+            hub_folder(node.name, node.path, bool(node.get("causal")))
+        for key in node:
+            check_hub_backbones(node.get(key))
 
 
 def _cuda_available() -> bool:
@@ -415,18 +472,17 @@ def _train(cfg: DictConfig, output_dir: Path, console: Console) -> float | None:
 
     from musique_models.training.loggers import close_run_loggers, run_loggers
     from musique_models.training.malloc import keep_freed_memory
+    from musique_models.training.threads import choose_threads
 
     quiet_libraries()
-    set_threads(cfg.trainer.get("threads"))
+    choose_threads(cfg.trainer.get("threads"), "reading the data")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     keep_freed_memory()
-    if not (output_dir / CONFIG_FILE).exists():
-        with atomic_open(output_dir / CONFIG_FILE) as handle:
-            handle.write(OmegaConf.to_yaml(cfg, resolve=True))
     source: DatasetSource = instantiate(cfg.dataset)
     splits = {split: source.load(split, run_dir=output_dir) for split in dict.fromkeys(["train", cfg.eval_split])}
     if cfg.get("eval_size"):
-        splits[cfg.eval_split] = first_questions(splits[cfg.eval_split], cfg.eval_size)
+        splits[cfg.eval_split] = evaluation_subset(splits[cfg.eval_split], cfg.eval_size)
+        record_evaluation_subset(output_dir, splits[cfg.eval_split], cfg)
     provenance = record_provenance(output_dir, source)
     show(console, lambda target: print_summary(source, splits, target))
     if cfg.get("model") is None:
@@ -453,6 +509,7 @@ def _run_recipe(
     """Run the configured recipe on the loaded splits; write, log and show its predictions' scores."""
     from musique_models.recipes.base import RunContext
     from musique_models.training.loggers import close_run_loggers, log_run_results
+    from musique_models.training.threads import choose_threads
 
     evaluation = splits[cfg.eval_split]
     context = RunContext(
@@ -466,9 +523,11 @@ def _run_recipe(
     )
     recipe = instantiate_recipe(cfg)
     predictor = recipe.fit(context)
+    choose_threads(cfg.trainer.get("threads"), f"predicting {cfg.eval_split}")
     predictions = predictor.predict(evaluation, output_dir)
     # a recipe that answers nothing (the decomposer alone) predicts None: its metrics are its own
-    metrics = evaluate_predictions(context.eval_golds, predictions).metrics if predictions is not None else {}
+    report = evaluate_predictions(context.eval_golds, predictions) if predictions is not None else None
+    metrics = report.metrics if report is not None else {}
     metrics.update(predictor.extra_metrics)
     if predictions is not None:
         write_predictions(output_dir / PREDICTIONS_FILE, predictions)
@@ -479,10 +538,16 @@ def _run_recipe(
     close_run_loggers(loggers, "success")
     title = f"{cfg.model_name} on {source.name} {cfg.eval_split}"
     show(console, lambda target: target.print(metrics_table(metrics, title=title)))
+    for line in report.warnings if report is not None else []:
+        log.warning(line)
     log.info("metrics: %s", output_dir / METRICS_FILE)
     if predictions is not None:
         log.info("predictions: %s", output_dir / PREDICTIONS_FILE)
     log.info("disk used by the run folder: %.1f MB", folder_megabytes(output_dir))
+    if source.sample:
+        lines = sample_run_lines(cfg, output_dir, len(set(context.train["id"])), len(set(evaluation["id"])))
+        print("\n" + "\n".join(lines), flush=True)  # plain: the commands are copied, never wrapped
+        write_to_log_file("\n" + "\n".join(lines))
     return metrics.get(cfg.optimized_metric)
 
 
@@ -520,16 +585,44 @@ def instantiate_recipe(cfg: DictConfig) -> Recipe:
     with open_dict(model):
         model.pop("system", None)
         model.pop("paper_settings", None)
+    recipe_class = get_class(model._target_)
+    parameters = inspect.signature(recipe_class).parameters
+    if not any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()):
+        # Hydra's own keys (`_target_`, `_convert_`, `_recursive_`, ...) are instantiate's, not the recipe's
+        unknown = [str(key) for key in model if not str(key).startswith("_") and key not in parameters]
+        if unknown:
+            settings = ", ".join(sorted(name for name in parameters if name != "self"))
+            raise RunConfigError(
+                "; ".join(
+                    f"model.{key}: {recipe_class.__name__} has no such setting (its settings: {settings})"
+                    for key in unknown
+                )
+            )
     recipe = instantiate(model, _recursive_=False)
     if not isinstance(recipe, Recipe):
         raise RunConfigError(f"model={cfg.model_name}: {cfg.model._target_} is not a recipe (needs name, fit and load)")
     return recipe
 
 
-def first_questions(table: Any, count: int) -> Any:
-    """The rows of the first `count` distinct question ids (MuSiQue-Full twins stay together)."""
-    kept = set(list(dict.fromkeys(table["id"]))[:count])
-    return table.select([row for row, question_id in enumerate(table["id"]) if question_id in kept])
+def evaluation_subset(table: Any, count: int) -> Any:
+    """`count` questions of an evaluation table with its mix of hop counts, the same for every run
+    (`data.subsample.evaluation_subset_indices`; MuSiQue-Full's twins stay together)."""
+    return table.select(evaluation_subset_indices(table["id"], table["num_hops"], count))
+
+
+def record_evaluation_subset(output_dir: Path, table: Any, cfg: DictConfig) -> None:
+    """Write the ids `eval_size` kept, with their hop counts, as `subsample_<eval_split>_ids.json`."""
+    hops = dict(zip(table["id"], table["num_hops"], strict=True))
+    write_json(
+        output_dir / subsample_ids_file(cfg.eval_split),
+        {
+            "dataset": cfg.dataset.name,
+            "eval_size": cfg.eval_size,
+            "seed": EVALUATION_SUBSET_SEED,
+            "hops": {str(hop): list(hops.values()).count(hop) for hop in sorted(set(hops.values()))},
+            "ids": list(hops),
+        },
+    )
 
 
 def folder_megabytes(folder: Path) -> float:
@@ -551,64 +644,6 @@ def write_to_log_file(text: str, level: int = logging.INFO) -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.emit(record)
-
-
-def set_threads(threads: int | str | None) -> None:
-    """torch's CPU threads (`trainer.threads`): a number; `auto`, the cores other processes leave free right now
-    (at least 1; measured over 0.2 s from /proc/stat); or null, torch's default (one per core)."""
-    import torch
-
-    if threads == "auto":
-        threads = free_cores()
-    if threads is not None:
-        torch.set_num_threads(int(threads))
-    log.info("torch CPU threads: %d", torch.get_num_threads())
-
-
-def free_cores(interval: float = 0.2) -> int | None:
-    """Cores of this process's CPU set that other processes leave free, measured over `interval` s while this
-    process waits (Linux's /proc/stat; None elsewhere). See `cores_left_free`."""
-    if not hasattr(os, "sched_getaffinity"):
-        return None
-    allowed = set(os.sched_getaffinity(0))
-    try:
-        before = cpu_busy_and_total(Path("/proc/stat").read_text(), allowed)
-        time.sleep(interval)
-        after = cpu_busy_and_total(Path("/proc/stat").read_text(), allowed)
-    except (OSError, ValueError, IndexError):
-        return None
-    return cores_left_free(before, after, len(allowed), cpu_quota(len(allowed)))
-
-
-def cpu_busy_and_total(stat: str, allowed: set[int]) -> tuple[int, int]:
-    """Busy and total time (jiffies) of the `allowed` CPUs, summed from the `cpuN` lines of /proc/stat."""
-    busy = total = 0
-    for line in stat.splitlines():
-        name, *values = line.split()
-        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in allowed:
-            continue
-        counts = [int(value) for value in values]
-        idle = counts[3] + (counts[4] if len(counts) > 4 else 0)  # idle + iowait
-        busy, total = busy + sum(counts) - idle, total + sum(counts)
-    return busy, total
-
-
-def cores_left_free(before: tuple[int, int], after: tuple[int, int], cores: int, quota: int) -> int | None:
-    """`cores` minus the cores kept busy between two (busy, total) readings, capped by `quota`, at least 1."""
-    (busy_before, total_before), (busy_after, total_after) = before, after
-    if total_after <= total_before:
-        return None
-    busy_cores = (busy_after - busy_before) / (total_after - total_before) * cores
-    return max(1, min(quota, round(cores - busy_cores)))
-
-
-def cpu_quota(cores: int) -> int:
-    """The cgroup (v2) CPU quota in whole cores (`cpu.max`), or `cores` when there is none."""
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-    except (OSError, ValueError):
-        return cores
-    return cores if quota == "max" else max(1, min(cores, int(int(quota) / int(period))))
 
 
 # Warnings that say nothing actionable about a run: library deprecations, and Lightning's advice on workers, custom

@@ -18,6 +18,7 @@ from musique_models.evaluation.metrics import (
     aggregate,
     aggregate_dire,
     answer_scores,
+    counts_toward,
     dire_answer_scores,
     dire_question_result,
     support_scores,
@@ -47,10 +48,12 @@ def score_instance(gold: GoldInstance, prediction: Prediction) -> InstanceResult
 
 @dataclass
 class EvaluationReport:
-    """Dataset metrics plus the per-question rows written for error analysis."""
+    """Dataset metrics plus the per-question rows written for error analysis, and what the metrics hide
+    (`degenerate_predictions`)."""
 
     metrics: dict[str, float]
     per_question: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def evaluate_predictions(
@@ -58,6 +61,7 @@ def evaluate_predictions(
 ) -> EvaluationReport:
     """Score aligned predictions (one per gold row, same order); `paired=False`: see `aggregate`."""
     results = [score_instance(gold, prediction) for gold, prediction in zip(golds, predictions, strict=True)]
+    has_unanswerable = any(not result.gold_answerable for result in results)
     per_question = [
         {
             "row": r.row,
@@ -73,10 +77,11 @@ def evaluate_predictions(
             "gold_support_idxs": list(g.support_idxs),
             "support_f1": r.support.f1,
             "support_em": r.support.em,
+            "counts_toward": counts_toward(r, has_unanswerable, paired),
         }
         for r, p, g in zip(results, predictions, golds)
     ]
-    return EvaluationReport(aggregate(results, paired), per_question)
+    return EvaluationReport(aggregate(results, paired), per_question, degenerate_predictions(golds, predictions))
 
 
 def evaluate_files(
@@ -91,6 +96,32 @@ def evaluate_files(
         golds = read_gold(gold_path, data_format, paired)
         predictions = align_predictions(golds, read_predictions(predictions_path), predictions_path)
         return evaluate_predictions(golds, predictions)
+
+
+# Fewer questions than this are too few for "every question got the same answer" to mean anything.
+DEGENERATE_MIN_QUESTIONS = 5
+
+
+def degenerate_predictions(golds: Sequence[GoldInstance], predictions: Sequence[Prediction]) -> list[str]:
+    """One line for each way the predictions are the same for every question, which the metrics alone hide: no
+    supporting paragraph for any answerable question (Sp is 0 by construction), one answer for all of them (an
+    empty one included), one answerability for every row of a file with unanswerable rows."""
+    answerable = [p for g, p in zip(golds, predictions, strict=True) if g.answerable]
+    if len(answerable) < DEGENERATE_MIN_QUESTIONS:
+        return []
+    count = len(answerable)
+    lines = []
+    if not any(p.predicted_support_idxs for p in answerable):
+        lines.append(f"the model predicted no supporting paragraph for any of the {count} questions (Sp is 0)")
+    answers = {p.predicted_answer for p in answerable}
+    if len(answers) == 1:
+        (answer,) = answers
+        said = f"the same answer ({answer!r})" if answer else "an empty answer"
+        lines.append(f"the model gave {said} to all {count} questions")
+    if any(not gold.answerable for gold in golds) and len({p.predicted_answerable for p in predictions}) == 1:
+        judged = "answerable" if predictions[0].predicted_answerable else "unanswerable"
+        lines.append(f"the model judged all {len(predictions)} rows {judged} (the paired metrics then score 0)")
+    return lines
 
 
 def left_out_of_dire(golds: Sequence[GoldInstance], min_paragraphs: int | None) -> set[str]:
@@ -204,6 +235,7 @@ def dire_report(
             row.update(
                 dire_answer_f1=result.answer.f1, dire_support_f1=result.support.f1, dire_joint_f1=result.joint.f1
             )
+            row["counts_toward"].append("dire")
         elif row["id"] in skipped and row["answerable"]:
             row["dire_skipped"] = True
     return report

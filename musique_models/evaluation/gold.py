@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +162,17 @@ def sniff_format(path: str | Path) -> DataFormat:
     return found
 
 
+# Every row of a probe file written by `musique_models.data.probe` says how its support is labelled.
+_PROBE_ROW = re.compile(rb'"support_labels"\s*:\s*"[a-z]+"')
+
+
+def is_probe_file(path: str | Path) -> bool:
+    """Whether `path` is a DiRe probe file (`musique_models.data.probe`): its first MiB holds a row's
+    `support_labels` field."""
+    with open(path, "rb") as handle:
+        return _PROBE_ROW.search(handle.read(1 << 20)) is not None
+
+
 def read_gold(path: str | Path, data_format: str | None = None, paired: bool | None = None) -> list[GoldInstance]:
     """All gold instances of a file, in file order.
 
@@ -171,6 +183,13 @@ def read_gold(path: str | Path, data_format: str | None = None, paired: bool | N
     path = Path(path)
     if not path.exists():
         raise DataFormatError("gold file not found", path=path)
+    if is_probe_file(path):
+        raise DataFormatError(
+            "this is a DiRe probe file (its rows carry `probe` and `support_labels`), not a gold file: gold= takes the "
+            "original split the probes were made from; the probes' predictions go to probe_predictions= with "
+            "mode=dire",
+            path=path,
+        )
     gold_format = get_format(data_format, "gold format") if data_format else sniff_format(path)
     with open(path, "rb") as handle:
         is_json_list = handle.read(4096).lstrip().startswith(b"[")

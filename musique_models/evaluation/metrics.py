@@ -161,6 +161,17 @@ def aggregate(results: Sequence[InstanceResult], paired: bool = True) -> dict[st
     return metrics
 
 
+def counts_toward(result: InstanceResult, has_unanswerable: bool, paired: bool = True) -> list[str]:
+    """The metrics `aggregate` counts `result` in, by family: `answer` (answer_f1 / answer_em, per hop too) and
+    `support` (support_*) for a gold-answerable row only; `answerability` (sufficiency_*, and
+    avg_answer_sufficiency_f1 unpaired) and `pair` (group_*: the row's twin pair) for every row of a file with
+    unanswerable rows. An unanswerable row's answer and support scores are computed but never averaged."""
+    families = ["answer", "support"] if result.gold_answerable else []
+    if has_unanswerable:
+        families += ["answerability", "pair"] if paired else ["answerability"]
+    return families
+
+
 def _answer_support_means(results: Sequence[InstanceResult], suffix: str) -> dict[str, float]:
     answerable = [result for result in results if result.gold_answerable]
     return {

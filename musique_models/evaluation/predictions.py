@@ -87,6 +87,13 @@ def align_predictions(
     """
     gold_counts = Counter(gold.id for gold in golds)
     predicted_counts = Counter(prediction.id for _, prediction in predictions)
+    if not any(i in gold_counts for i in predicted_counts):
+        raise DataFormatError(
+            f"none of the {len(predicted_counts)} prediction ids is in the gold file (predictions like "
+            f"{_shown(list(predicted_counts)[:2])}, gold like {_shown(list(gold_counts)[:2])}): are these "
+            "predictions of another dataset or split?",
+            path=path,
+        )
     missing = [i for i in gold_counts if i not in predicted_counts]
     if missing:
         raise DataFormatError(f"{len(missing)} gold ids have no prediction: {_shown(missing)}", path=path)

@@ -39,13 +39,9 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from musique_models.errors import MusiqueModelsError
 from musique_models.features.context import PARAGRAPH_MARKER, end_token_id, start_token_id
 from musique_models.io import file_sha256
-
-
-class BackboneError(MusiqueModelsError):
-    """A backbone cannot be found or fails its checksum."""
+from musique_models.models.hub import BackboneError, hub_folder, offline_backbones
 
 
 @dataclass
@@ -78,7 +74,7 @@ class BackboneSpec:
         if self.source == "hub":
             if not self.path:
                 raise BackboneError(f"backbone {self.name!r}: source=hub needs a path (hub name or folder)")
-            return self.path
+            return hub_folder(self.name, self.path, self.causal)
         if self.source == "package":
             folder = _distribution_folder(self.distribution, self.folder_in_distribution)
             if self.sha256:
@@ -156,7 +152,7 @@ def _explained_hub_errors(spec: BackboneSpec) -> Iterator[None]:
         raise BackboneError(
             f"backbone {spec.name!r}: cannot load {spec.path!r} ({reason}). A hub backbone needs a "
             f"network on first use; offline, set backbone.path=/path/to/a/local/copy of the model "
-            "folder, or use an offline backbone (minilm, minilm_long)"
+            f"folder, or use an offline backbone ({offline_backbones(spec.causal)})"
         ) from None
 
 
@@ -180,6 +176,26 @@ def load_tokenizer(spec: BackboneSpec, paragraph_marker: bool = True) -> PreTrai
     return tokenizer
 
 
+def resize_embeddings(model: PreTrainedModel, vocab_size: int) -> None:
+    """Resize `model`'s token embeddings to `vocab_size` (the tokenizer with its added markers); each new row (input
+    embeddings, and an untied output layer's) is the mean of the old rows. That is what transformers' default
+    `mean_resizing` draws, to within noise scaled by 1e-9, without the covariance factorisation behind its draw,
+    whose result depends on the CPU thread count (`musique_models.models.numerics`)."""
+    old = model.get_input_embeddings().num_embeddings
+    if old == vocab_size:
+        return
+    model.resize_token_embeddings(vocab_size, mean_resizing=False)
+    if vocab_size < old:
+        return
+    layers = {id(layer): layer for layer in (model.get_input_embeddings(), model.get_output_embeddings()) if layer}
+    with torch.no_grad():
+        for layer in layers.values():
+            layer.weight[old:] = layer.weight[:old].mean(0)
+            bias = getattr(layer, "bias", None)
+            if bias is not None and bias.shape[0] == vocab_size:
+                bias[old:] = bias[:old].mean()
+
+
 def load_encoder(spec: BackboneSpec, vocab_size: int) -> PreTrainedModel:
     """The encoder (no task head), its embeddings resized to `vocab_size` (the tokenizer with markers)."""
     if spec.source == "random":
@@ -191,8 +207,7 @@ def load_encoder(spec: BackboneSpec, vocab_size: int) -> PreTrainedModel:
     else:
         with _explained_hub_errors(spec):
             model = AutoModel.from_pretrained(spec.model_dir(), **spec.config_overrides)
-    if model.get_input_embeddings().num_embeddings != vocab_size:
-        model.resize_token_embeddings(vocab_size)
+    resize_embeddings(model, vocab_size)
     if getattr(model, "pooler", None) is not None:
         model.pooler = None  # heads read token states; an unused pooler would also stall DDP's gradient sync
     # from_pretrained returns the model in eval mode, and Lightning keeps submodules' modes: train with dropout
@@ -240,8 +255,7 @@ def load_seq2seq(spec: BackboneSpec, vocab_size: int, tokenizer: PreTrainedToken
             model = AutoModelForSeq2SeqLM.from_pretrained(spec.model_dir(), **spec.config_overrides)
     halves = [model.encoder, model.decoder] if isinstance(model, EncoderDecoderModel) else [model]
     for half in halves:  # EncoderDecoderModel cannot resize both halves itself
-        if half.get_input_embeddings().num_embeddings != vocab_size:
-            half.resize_token_embeddings(vocab_size)
+        resize_embeddings(half, vocab_size)
     for name, value in token_ids.items():
         setattr(model.config, name, value)
     model.generation_config = GenerationConfig(**token_ids)
@@ -269,8 +283,7 @@ def load_causal_lm(spec: BackboneSpec, vocab_size: int, tokenizer: PreTrainedTok
     else:
         with _explained_hub_errors(spec):
             model = AutoModelForCausalLM.from_pretrained(spec.model_dir(), **spec.config_overrides)
-    if model.get_input_embeddings().num_embeddings != vocab_size:
-        model.resize_token_embeddings(vocab_size)
+    resize_embeddings(model, vocab_size)
     for name, value in token_ids.items():
         setattr(model.config, name, value)
     model.generation_config = GenerationConfig(**token_ids)

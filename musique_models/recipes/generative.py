@@ -46,6 +46,15 @@ from musique_models.training.inference import BatchPredictor
 from musique_models.training.stage import finished_checkpoint
 
 log = logging.getLogger(__name__)
+# How many unparsed generations a prediction prints (with their problems); generations.jsonl holds them all.
+UNPARSED_SHOWN = 3
+
+
+def _clipped(text: str, limit: int = 200) -> str:
+    """`text` cut to `limit` characters, with `...` where it was cut."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 ENGINES = ("hf", "vllm")
 
 
@@ -171,9 +180,19 @@ class GenerativeReaderPredictor:
             )
         unparsed = [generation for generation in self.generations if generation.problems]
         if unparsed:
-            log.warning("%d of %d generations could not be read in full:", len(unparsed), len(self.generations))
-            for generation in unparsed:
-                log.warning("  %s: %s: %r", generation.id, "; ".join(generation.problems), generation.text)
+            shown = unparsed[:UNPARSED_SHOWN]
+            more = f"; every one is in {GENERATIONS_FILE}" if len(unparsed) > len(shown) else ""
+            log.warning(
+                "%d of %d generations could not be read in full; the first %d%s:\n%s",
+                len(unparsed),
+                len(self.generations),
+                len(shown),
+                more,
+                "\n".join(
+                    f"  {generation.id}: {'; '.join(generation.problems)}: {_clipped(generation.text)!r}"
+                    for generation in shown
+                ),
+            )
         return decoded
 
     def finish(self, output_dir: Path) -> dict[str, float]:

@@ -4,7 +4,8 @@ page (`RUN_DIR/errors.html`) to page through a run's evaluation split, question 
 Per question: the question, the gold answers against the predicted answer with its answer F1, every paragraph
 (title and text) with gold and predicted support marked, the gold decomposition (step, answer, supporting
 paragraph), and for Step Execution runs the executed steps (`steps.jsonl`) and the predicted decomposition
-(`decompositions.jsonl`), for generative readers each raw generation (`generations.jsonl`), and for Beam
+(`decompositions.jsonl`), for generative readers each raw generation (`generations.jsonl`), for Select+Answer and
+1-Para the paragraphs the selector put in the top K that the answerer read, with every paragraph's rank, and for Beam
 Retrieval each retrieved chain with its score per hop (`selector_ranking.json`). MuSiQue-Full twins (same id, answerable and not) are shown side by side with gold and
 predicted answerability. Filters: hops, answer correctness (F1 = 1 / partial / 0), support F1 range,
 answerability, text; a pager.
@@ -139,11 +140,19 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
             generations[row] = {"text": record.get("generation", ""), "problems": record.get("problems", [])}
 
     chains: dict[int, dict[str, Any]] = {}
+    selections: dict[int, dict[str, Any]] = {}
     ranking_file = run_dir / RANKING_FILE
-    if ranking_file.exists():  # Beam Retrieval's chains (a paper selector's ranking file has none), by row
-        for entry in json.loads(ranking_file.read_text(encoding="utf-8")).get("chains", []):
+    if ranking_file.exists():
+        ranking_record = json.loads(ranking_file.read_text(encoding="utf-8"))
+        for entry in ranking_record.get("chains", []):  # Beam Retrieval's chains (a paper selector's file has none)
             row = _predicted_row(entry, examples, "chain", ranking_file)
             chains[row] = {"chain": entry.get("chain", []), "hop_scores": entry.get("hop_scores", [])}
+        top_k = ranking_record.get("top_k")
+        if top_k and not chains:  # a paper selector's ranking (by row, table order): its top K is what was read
+            rankings = ranking_record.get("rankings", [])
+            for row, entry in enumerate(rankings):
+                _predicted_row({**entry, "row": row}, examples, "ranking", ranking_file)
+                selections[row] = {"top_k": top_k, "ranking": entry.get("ranking", [])}
 
     texts: dict[str, int] = {}
     rows = []
@@ -167,6 +176,7 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
                 "predicted_decomposition": decompositions.get(example.id),
                 "generation": generations.get(index),
                 "chain": chains.get(index),
+                "selection": selections.get(index),
             }
         )
         groups.setdefault(example.id, []).append(index)
@@ -307,6 +317,7 @@ details.para summary { cursor: pointer; }
 .tag { font-size: 11px; border-radius: 4px; padding: 0 4px; margin-left: 4px; color: #fff; font-weight: 600; }
 .tag.gold { background: var(--gold); }
 .tag.pred { background: var(--pred); }
+.tag.sel { background: #6b5b95; }
 .tag.miss { background: var(--bad); }
 .ptext { margin: 2px 0 4px; white-space: pre-wrap; }
 .muted { color: #59636e; }
@@ -528,14 +539,31 @@ _JS = r"""
     })));
     return box;
   }
+  function selectedTopK(s, r, byIdx) {
+    if (!s) return null;
+    var read = s.ranking.slice(0, s.top_k), gold = new Set(r.gold_support_idxs);
+    var found = read.filter(function (idx) { return gold.has(idx); }).length;
+    var box = el("div");
+    add(box, el("h5", null, "selector's top " + s.top_k + " (what the answerer read)"));
+    add(box, el("div", "muted", "gold supporting paragraphs in it: " + found + " of " + gold.size));
+    add(box, table(["rank", "paragraph", ""], read.map(function (idx, i) {
+      return [String(i + 1), paragraphLabel(byIdx, idx), gold.has(idx) ? el("span", "tag gold", "gold") : ""];
+    })));
+    return box;
+  }
   function paragraphs(r, expand) {
     var box = el("div"), gold = new Set(r.gold_support_idxs), pred = new Set(r.predicted_support_idxs);
+    var rank = {};
+    if (r.selection) r.selection.ranking.forEach(function (idx, i) { rank[idx] = i + 1; });
     r.paragraphs.forEach(function (p) {
       var isGold = gold.has(p[0]), isPred = pred.has(p[0]);
       var d = el("details", "para" + (isGold ? " gold" : "") + (isPred ? " pred" : ""));
       d.open = expand || isGold || isPred;
+      var ranked = r.selection && rank[p[0]] !== undefined;
+      var rankTag = !ranked ? null : rank[p[0]] <= r.selection.top_k ?
+        el("span", "tag sel", "top " + r.selection.top_k + ": #" + rank[p[0]]) : el("span", "muted", " rank " + rank[p[0]]);
       var summary = add(el("summary"), el("span", "muted", "P" + p[0] + " "), el("span", "ptitle", T[p[1]]),
-        isGold ? el("span", "tag gold", "gold") : null, isPred ? el("span", "tag pred", "predicted") : null);
+        isGold ? el("span", "tag gold", "gold") : null, isPred ? el("span", "tag pred", "predicted") : null, rankTag);
       add(d, summary, el("div", "ptext", T[p[2]]));
       add(box, d);
     });
@@ -558,6 +586,7 @@ _JS = r"""
     add(p, predictedDecomposition(r.predicted_decomposition));
     add(p, rawGeneration(r.generation));
     add(p, retrievedChain(r.chain, byIdx));
+    add(p, selectedTopK(r.selection, r, byIdx));
     if (ex) add(p, el("h5", null, "executed steps"), ex);
     add(p, el("h5", null, "paragraphs (" + r.paragraphs.length + ")"), paragraphs(r, expand));
     return p;

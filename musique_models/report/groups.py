@@ -72,7 +72,7 @@ def setup_notes(run: RunRecord) -> list[str]:
     notes = []
     config = run.config
     if config.get("eval_size") is not None:
-        notes.append(f"first {config['eval_size']} questions")
+        notes.append(f"{config['eval_size']} questions")
     if config.get("eval_split", "dev") != "dev":
         notes.append(f"{config['eval_split']} split")
     train_size = (config.get("dataset") or {}).get("train_size")
@@ -121,7 +121,7 @@ class RunGroup:
     @property
     def marker(self) -> str:
         """`[sample]`, `[other files]`, `[unrecorded files]` or, for official files, what differs from the
-        paper's setup (`[first 100 questions]`); empty for a run comparable with the paper."""
+        paper's setup (`[100 questions]`); empty for a run comparable with the paper."""
         if self.origin == "official":
             return f"[{', '.join(self.notes)}]" if self.notes else ""
         return "[unrecorded files]" if self.origin == "unrecorded" else f"[{self.origin}]"

@@ -66,7 +66,7 @@ class RunRecord:
 @dataclass(frozen=True)
 class LeaderboardFile:
     """A test-set prediction file and what it covers: `note` is empty for the whole official test split, else
-    `[sample]`, `[first N questions]` or `[unrecorded]` (a folder without `scoring.json`)."""
+    `[sample]`, `[N questions]` or `[unrecorded]` (a folder without `scoring.json`)."""
 
     path: str
     note: str = ""
@@ -93,7 +93,7 @@ def leaderboard_files(folder: Path) -> dict[str, LeaderboardFile]:
         elif scoring.get("sample"):
             note = "[sample]"
         elif scoring.get("eval_size"):
-            note = f"[first {scoring['eval_size']} questions]"
+            note = f"[{scoring['eval_size']} questions]"
         else:
             note = ""
         found[dataset] = LeaderboardFile(str(evaluation / PREDICTIONS_FILE), note)

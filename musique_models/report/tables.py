@@ -11,6 +11,7 @@ from typing import Any
 
 from musique_models.report.groups import RunGroup, backbones
 from musique_models.report.paper import HUMAN_SCORE, HUMAN_UPPER_BOUND, PaperFigure, PaperFigures
+from musique_models.report.runs import RunRecord
 from musique_models.systems import system_rank
 
 DATASET_LABELS = {
@@ -38,6 +39,8 @@ GAP_DATASETS = ("musique_ans", "hotpotqa_20k", "2wiki_20k")
 # rows of the paper's figures alone that are not systems of ours, after the systems, in this order
 REFERENCE_ROWS = ("RNN", HUMAN_SCORE, HUMAN_UPPER_BOUND)
 MISSING = "–"
+# The label mark of a row that holds the paper's figures alone (no run of ours comparable with them).
+PAPER_ONLY = "(paper only)"
 REPOSITORY_MARK = "†"
 HOPS = ("", "_2hop", "_3hop", "_4hop")
 
@@ -59,6 +62,11 @@ def format_ours(values: Sequence[float], plus_minus: str = "±") -> str:
 def format_figure(figure: PaperFigure) -> str:
     """`42.3`, or `34.4†` for a figure from the official repository rather than the paper."""
     return f"{figure.value:.1f}" + (REPOSITORY_MARK if figure.source == "repository" else "")
+
+
+def format_paper_only(figure: PaperFigure | None) -> str:
+    """A cell of a paper-only row: `paper: 47.3` (`paper: 34.4†` from the repository), `–` with no figure."""
+    return f"paper: {format_figure(figure)}" if figure is not None else MISSING
 
 
 def format_paper(values: Sequence[float], paper: PaperFigure | None) -> str:
@@ -106,7 +114,7 @@ def table_rows(groups: Sequence[RunGroup], paper: PaperFigures) -> list[TableRow
     for system in paper.systems("dev"):
         if system not in comparable_systems:
             cells = [([], paper.main(system, dataset, metric)) for dataset, metric in COLUMNS]
-            rows.append(TableRow(system, system, True, True, cells))
+            rows.append(TableRow(f"{system} {PAPER_ONLY}", system, True, True, cells))
     return sorted(rows, key=_row_order)
 
 
@@ -119,21 +127,28 @@ def legend(groups: Sequence[RunGroup]) -> list[str]:
         "Only rows without a marker read the official files over the whole dev split with the paper's 20K "
         "training subsample, and only they are set beside the paper's figures. [sample]: the shipped samples "
         "(a pipeline check); [other files]: data files given on the command line; [unrecorded files]: a run made "
-        "before runs recorded their data; [first N questions], [train_size=N], [<split> split]: official files, "
+        "before runs recorded their data; [N questions], [train_size=N], [<split> split]: official files, "
         "another setup than the paper's. (…): the settings that set a row apart from another of its system.",
         "",
         "Runs:",
     ]
     for group in groups:
-        seeds = ", ".join(f"seed {run.seed}: {run.source}" for run in group.runs)
+        seeds = ", ".join(f"seed {run.seed}: {run.source}{resumed_note(run)}" for run in group.runs)
         components = ", ".join(f"{name} {backbone}" for name, backbone in backbones(group.runs[0]).items())
         dataset = DATASET_LABELS.get(group.dataset, group.dataset)
         lines.append(f"- {group.row_label}, {dataset} ({components or 'backbones not recorded'}): {seeds}")
         for repeat in group.repeats:
-            lines.append(f"  - repeat of seed {repeat.seed}, not counted: {repeat.source}")
+            lines.append(f"  - repeat of seed {repeat.seed}, not counted: {repeat.source}{resumed_note(repeat)}")
         for key, values in group.provenance_differences().items():
             lines.append(f"  - the runs differ in {key}: {', '.join(map(str, values))}")
     return lines
+
+
+def resumed_note(run: RunRecord) -> str:
+    """` (resumed once)`, ` (resumed 3 times)` for a run that was stopped and resumed (its provenance's
+    `resumptions`), else empty."""
+    count = len(run.provenance.get("resumptions") or [])
+    return "" if not count else f" (resumed {'once' if count == 1 else f'{count} times'})"
 
 
 def markdown_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
@@ -149,7 +164,10 @@ def markdown_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
     ]
     for row in table_rows(groups, paper):
         rendered = [
-            f"{format_ours(v)} {format_paper(v, p)}" if row.comparable else format_ours(v) for v, p in row.cells
+            format_paper_only(p)
+            if row.paper_only
+            else (f"{format_ours(v)} {format_paper(v, p)}" if row.comparable else format_ours(v))
+            for v, p in row.cells
         ]
         lines.append("| " + " | ".join([row.label, *rendered]) + " |")
     lines += [
@@ -157,8 +175,9 @@ def markdown_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
         "Each cell: ours (the paper's figure, ours minus the paper). The figures are dev-split figures: the paper's "
         f"Table 4 for MuSiQue-Ans, HotpotQA and 2Wiki; for MuSiQue-Full ({REPOSITORY_MARK}) the official repository's "
         "dev scores of its released predictions (the paper's MuSiQue-Full figures are on the hidden test set, "
-        f"Table 5, below). {MISSING}: no run, or no figure in the source. A row named by the system alone with cells "
-        f"`{MISSING} (figure)` holds the source's figures for a system that has no run here comparable with them. "
+        f"Table 5, below). {MISSING}: no run, or no figure in the source. A row `<system> {PAPER_ONLY}` (cells "
+        "`paper: 47.3`) holds the source's figures for a system that has no run here comparable with them: not a score "
+        "of ours. "
         f"musique_models/report/paper_results.yaml gives each figure's source, table and split.",
         "",
         *gap_markdown(groups, paper),
@@ -257,7 +276,9 @@ def latex_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
     def escape(text: str) -> str:
         return text.replace("&", "\\&").replace("_", "\\_").replace("#", "\\#").replace("%", "\\%")
 
-    def cell(values: list[float], figure: PaperFigure | None, comparable: bool) -> str:
+    def cell(values: list[float], figure: PaperFigure | None, comparable: bool, paper_only: bool) -> str:
+        if paper_only:
+            return format_paper_only(figure).replace("–", "--").replace(REPOSITORY_MARK, "$^\\dagger$")
         ours = format_ours(values, plus_minus="$\\pm$").replace("–", "--")
         if not comparable:
             return ours
@@ -278,7 +299,8 @@ def latex_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
         "\\midrule",
     ]
     for row in table_rows(groups, paper):
-        lines.append(escape(row.label) + " & " + " & ".join(cell(v, p, row.comparable) for v, p in row.cells) + " \\\\")
+        cells = " & ".join(cell(v, p, row.comparable, row.paper_only) for v, p in row.cells)
+        lines.append(escape(row.label) + " & " + cells + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", *("% " + escape(line) for line in legend(groups) if line), ""]
     return "\n".join(lines)
 

@@ -17,15 +17,14 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from pytorch_lightning.loggers import Logger
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.io import write_json
+from musique_models.io import checkpoint_problem, write_json
+from musique_models.models.numerics import ThreadStableTraining
 from musique_models.run_files import BEST_FILE, CHECKPOINTS_FOLDER, RESUME_FILE, STAGE_FILE
 from musique_models.training.loggers import StageLogger, stage_file_loggers
-from musique_models.training.resume import (
-    STOP,
-    ResumePoints,
-    RunInterrupted,
-    describe_resume_point,
-)
+from musique_models.training.progress import StageClock
+from musique_models.training.resume import ResumePoints, describe_resume_point, partial_path, save_atomically
+from musique_models.training.stop import STOP, RunInterrupted
+from musique_models.training.threads import choose_threads
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +117,64 @@ def build_trainer(
     )
 
 
-def resume_point(ckpt_path: str | None, checkpoint_dir: Path) -> Path | None:
-    """The stage's resume point when the run resumes (`ckpt_path=last`) and the stage has one, else None."""
+def resume_point(ckpt_path: str | None, checkpoint_dir: Path, name: str = "") -> Path | None:
+    """The stage's resume point when the run resumes (`ckpt_path=last`) and the stage has a whole one, else None.
+
+    A resume point that is not whole (a copy cut short, a disk that filled up), or whose stage's best checkpoint so
+    far is not, is said in one line and set aside (`<file>.damaged`): the stage then starts afresh."""
     if ckpt_path != "last":
         return None
     path = checkpoint_dir / RESUME_FILE
-    return path if path.exists() else None
+    if not path.exists():
+        return None
+    problem = checkpoint_problem(path)
+    damaged = path
+    if problem is None:
+        best = tracked_best_checkpoint(path, checkpoint_dir)
+        problem = checkpoint_problem(best) if best is not None and best.exists() else None
+        damaged = best if problem is not None else path
+    if problem is None:
+        return path
+    set_aside(damaged, f"stage {name}: {damaged} is {problem}", "the stage starts afresh")
+    return None
+
+
+def set_aside(path: Path, what: str, then: str) -> None:
+    """Say in one warning that a checkpoint cannot be used (`what`, naming it and why) and what happens `then`, and
+    rename it to `<name>.damaged` (kept for the user to look at; nothing reads it again)."""
+    log.warning("%s: it is set aside as %s.damaged and %s", what, path.name, then)
+    if path.exists():
+        os.replace(path, path.with_name(f"{path.name}.damaged"))
+
+
+def remove_resume_point(checkpoint_dir: Path) -> None:
+    """Delete a finished stage's resume point and its partial write: nothing resumes the stage any more."""
+    for leftover in (checkpoint_dir / RESUME_FILE, partial_path(checkpoint_dir / RESUME_FILE)):
+        leftover.unlink(missing_ok=True)
+
+
+def tracked_best_checkpoint(point: Path, checkpoint_dir: Path) -> Path | None:
+    """The best checkpoint so far that the resume point `point` names (its `ModelCheckpoint` state), in
+    `checkpoint_dir` (a run folder moved mid-stage keeps the file's name, not its old absolute path); None when it
+    names none."""
+    import torch
+
+    state = torch.load(point, map_location="cpu", mmap=True, weights_only=False).get("callbacks", {})
+    for value in state.values():
+        if isinstance(value, dict) and value.get("best_model_path"):
+            return checkpoint_dir / Path(value["best_model_path"]).name
+    return None
+
+
+def clear_checkpoints(checkpoint_dir: Path) -> None:
+    """Delete what an earlier attempt of a stage that starts afresh left in its checkpoints folder (a best checkpoint
+    nothing tracks, a partial resume point): nothing resumes from them, and a stale `best.ckpt` would make the
+    stage's own best `best-v1.ckpt`. Files set aside as `.damaged` stay for the user to look at."""
+    if not checkpoint_dir.is_dir():
+        return
+    for path in checkpoint_dir.iterdir():
+        if path.is_file() and not path.name.endswith(".damaged"):
+            path.unlink()
 
 
 def finished_stage(run_dir: Path, name: str) -> dict[str, Any] | None:
@@ -149,9 +200,11 @@ def finished_checkpoint(run_dir: Path, name: str) -> str:
             f"{run_dir} has no finished stage {name!r} ({Path(run_dir) / name / STAGE_FILE} is missing): the run did "
             "not finish; resume it (train.py ckpt_path=last hydra.run.dir=RUN_DIR with its own arguments)"
         )
-    if not Path(finished["best_checkpoint"]).exists():
+    problem = checkpoint_problem(finished["best_checkpoint"])
+    if problem is not None:
         raise StageNotFinishedError(
-            f"stage {name!r} of {run_dir}: its best checkpoint {finished['best_checkpoint']} is missing"
+            f"stage {name!r} of {run_dir}: its best checkpoint {finished['best_checkpoint']} is {problem}; resume the "
+            "run (train.py ckpt_path=last hydra.run.dir=RUN_DIR with its own arguments) to train the stage again"
         )
     return finished["best_checkpoint"]
 
@@ -188,22 +241,32 @@ def run_stage(
     """
     finished = finished_stage(run_dir, name)
     resuming = cfg.get("ckpt_path") == "last"
-    if resuming and finished is not None:
-        log.info("stage %s already finished in %s: reusing %s", name, run_dir / name, finished["best_checkpoint"])
-        return StageResult(finished["best_checkpoint"])
     stage_dir = run_dir / name
     checkpoint_dir = stage_dir / CHECKPOINTS_FOLDER
+    if resuming and finished is not None:
+        best = Path(finished["best_checkpoint"])
+        problem = checkpoint_problem(best)
+        if problem is None:
+            log.info("stage %s already finished in %s: reusing %s", name, stage_dir, best)
+            remove_resume_point(checkpoint_dir)  # a kill after the stage was recorded, before it was deleted
+            return StageResult(str(best))
+        set_aside(best, f"stage {name}: its best checkpoint {best} is {problem}", "the stage is trained again")
+        (stage_dir / STAGE_FILE).unlink()
     validates = bool(stage_cfg.get("validate", True))
     offset = logged_steps_before(run_dir, name)
     loggers = [StageLogger(logger, name, offset) for logger in shared_loggers]
     loggers += [StageLogger(logger, name, offset, own=True) for logger in stage_file_loggers(cfg, stage_dir)]
     callbacks = stage_callbacks(cfg, checkpoint_dir, monitor if validates else None, mode, bool(loggers), stage_cfg)
+    callbacks += [StageClock(name), ThreadStableTraining()]  # ThreadStableTraining: the same with any thread count
     trainer = build_trainer(cfg, stage_cfg, callbacks, loggers, stage_dir)
-    resume_from = resume_point(cfg.get("ckpt_path"), checkpoint_dir)
+    resume_from = resume_point(cfg.get("ckpt_path"), checkpoint_dir, name)
     if resume_from is not None:
         log.info("stage %s resumes from %s, %s", name, resume_from, describe_resume_point(resume_from))
-    elif resuming:
-        log.info("stage %s has no resume point in %s: it starts afresh", name, checkpoint_dir)
+    else:
+        if resuming:
+            log.info("stage %s has no resume point in %s: it starts afresh", name, checkpoint_dir)
+        clear_checkpoints(checkpoint_dir)
+    choose_threads(cfg.trainer.get("threads"), f"stage {name}")
     writes_resume_points = any(isinstance(callback, ResumePoints) for callback in callbacks)
     with STOP.deferred(stage_dir if writes_resume_points else None):
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
@@ -214,7 +277,7 @@ def run_stage(
         best = str(checkpoint_dir / Path(best).name)
     if not best or not Path(best).exists():  # no validation (or fast_dev_run): the final weights are the best
         best = str(checkpoint_dir / BEST_FILE)
-        trainer.save_checkpoint(best, weights_only=True)
+        save_atomically(trainer, best, weights_only=True)
     logged = trainer.fit_loop.epoch_loop._batches_that_stepped
     write_json(
         stage_dir / STAGE_FILE,
@@ -224,9 +287,7 @@ def run_stage(
             "global_step": trainer.global_step,
         },
     )
-    # Only now that the stage is recorded as finished: nothing resumes it any more, its resume point can go.
-    for leftover in (checkpoint_dir / RESUME_FILE, checkpoint_dir / f".{RESUME_FILE}.partial"):
-        leftover.unlink(missing_ok=True)
+    remove_resume_point(checkpoint_dir)  # only now that the stage is recorded as finished
     if STOP.requested:
         raise RunInterrupted(f"{STOP.signal_name}: stopped after stage {name} finished")
     return StageResult(best)

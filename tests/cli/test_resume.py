@@ -1,6 +1,8 @@
-"""Resume with the DEFAULT callbacks: a run SIGKILLed in its first stage's second epoch, or stopped by SIGINT and
-SIGTERM mid-epoch, or by SLURM's requeue signal, resumes from its resume point and ends with exactly the
-predictions and metrics of an uninterrupted run."""
+"""Resume with the DEFAULT callbacks and the default `trainer.threads=auto`: a run SIGKILLed in its first stage's
+second epoch, or stopped by SIGINT and SIGTERM mid-epoch, or by SLURM's requeue signal, or killed in its first
+moments, or whose resume point or best checkpoint is damaged, resumes and ends with exactly the predictions and
+metrics of an uninterrupted run, whatever thread count each attempt chose (benchmarks/kill_resume.py does the same
+at many more points, under load)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,14 @@ import shlex
 import signal
 import stat
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from musique_models import PROJECT_ROOT
 from tests.conftest import run_python
 
 RUN = [
@@ -29,7 +34,6 @@ RUN = [
     "model.answerer.micro_batch_size=2",
     "trainer.enable_progress_bar=false",
     "trainer.log_every_n_steps=2",  # rows in the curves within the short first epoch
-    "trainer.threads=2",  # not `auto`: a thread count that follows the load would change float rounding
 ]
 OUTPUTS = ("predictions.jsonl", "metrics.json")
 
@@ -46,11 +50,22 @@ def _signal_at(name: str, step: int, stage: str, signal_name: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted run of `RUN`; its cache folder is shared by the other runs of this module."""
+    """An uninterrupted run of `RUN` with 2 threads; its cache folder is shared by the other runs of this module
+    (which choose their thread count from the load: the default)."""
     root = tmp_path_factory.mktemp("resume")
-    result = run_python([*RUN, f"paths.cache_dir={root}/cache", f"hydra.run.dir={root}/full"])
+    result = run_python([*RUN, "trainer.threads=2", f"paths.cache_dir={root}/cache", f"hydra.run.dir={root}/full"])
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "full"
+
+
+def test_the_thread_count_changes_nothing_a_run_computes(uninterrupted: Path, tmp_path: Path) -> None:
+    """The same run with 1 thread where the reference had 2: byte-identical (without `models.numerics`, the
+    LayerNorm and softmax gradients and the new token's embedding round differently, and these files differ)."""
+    one_thread = tmp_path / "one_thread"
+    result = _train(uninterrupted, one_thread, "trainer.threads=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "torch CPU threads for stage selector: 1 (trainer.threads=1)" in result.stderr + result.stdout
+    _assert_same_outputs(one_thread, uninterrupted)
 
 
 def _train(uninterrupted: Path, run_dir: Path, *extra: str, env: dict[str, str] | None = None):
@@ -137,7 +152,10 @@ def test_sigint_then_sigterm_mid_epoch_leave_interrupted_runs_that_their_printed
         )
         assert f"resume it with:\n  {command}\n" in stopped.stderr
         arguments = shlex.split(command.split(" && ", 1)[1])
-        assert arguments[-2:] == [f"hydra.run.dir='{run_dir}'", "ckpt_path=last"] and "trainer.threads=2" in arguments
+        assert (
+            arguments[-2:] == [f"hydra.run.dir='{run_dir}'", "ckpt_path=last"]
+            and "trainer.log_every_n_steps=2" in arguments
+        )
         # the printed command, as a user pastes it into a shell (the signals do not fire again: they are past)
         stopped = subprocess.run(command, shell=True, capture_output=True, text=True, check=False, env=os.environ)
         assert f"stage {stage} resumes from {run_dir / status['resume_point']}, written in epoch" in (
@@ -219,3 +237,104 @@ def test_a_sweep_stopped_in_its_second_job_resumes_with_its_printed_sweep_comman
     for job in ("1", "2"):  # the same run as job 0, which nothing stopped
         assert json.loads((sweep_dir / job / "status.json").read_text())["status"] == "finished"
         _assert_same_outputs(sweep_dir / job, sweep_dir / "0")
+
+
+def test_a_run_killed_before_it_wrote_its_configuration_starts_afresh_there(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    """What a SIGKILL in a run's first moments leaves (Hydra's files and the start's status, no config) is that
+    run's start: `ckpt_path=last` starts it afresh in its folder, says so, and ends as the uninterrupted run."""
+    run_dir = tmp_path / "aborted"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / "train.log").write_text("")
+    (run_dir / "status.json").write_text(json.dumps({"status": "starting", "pid": 1, "attempt": "an earlier one"}))
+    resumed = _train(uninterrupted, run_dir, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (
+        f"{run_dir} holds a run that stopped before it wrote its configuration (a kill in its first seconds): "
+        "starting the run afresh there"
+    ) in resumed.stderr + resumed.stdout
+    _assert_same_outputs(run_dir, uninterrupted)
+    # killed before it marked its start: Hydra's files alone, in a folder made before the resuming attempt began
+    earlier = tmp_path / "earlier"
+    (earlier / ".hydra").mkdir(parents=True)
+    (earlier / "train.log").write_text("")
+    resumed = _train(uninterrupted, earlier, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{earlier} holds a run that stopped before it wrote its configuration" in resumed.stderr + resumed.stdout
+    _assert_same_outputs(earlier, uninterrupted)
+    # a folder that holds nothing of a run (a mistyped one) is still refused, and not left behind
+    refused = _train(uninterrupted, tmp_path / "mistyped", "ckpt_path=last")
+    assert refused.returncode == 2 and "holds no run" in refused.stderr and not (tmp_path / "mistyped").exists()
+
+
+def _signalled_fresh(arguments: list[str], after: float, signal_name: str = "SIGINT") -> subprocess.CompletedProcess:
+    """`python train.py ARGUMENTS` in a fresh interpreter (as a user starts it: nothing imported yet), sent a
+    signal `after` seconds after it started."""
+    process = subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "train.py"), *arguments],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        start_new_session=True,
+    )
+    time.sleep(after)
+    process.send_signal(getattr(signal, signal_name))
+    stdout, stderr = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def test_ctrl_c_in_the_first_seconds_is_honoured(uninterrupted: Path, tmp_path: Path) -> None:
+    """SIGINT while the interpreter starts and Hydra composes, and while torch loads: the command stops at once
+    (exit 130). Before the run started nothing is left; later the run is `interrupted` and resumes identically."""
+    cache = uninterrupted.parent / "cache"
+    early = tmp_path / "early"
+    stopped = _signalled_fresh([*RUN[1:], f"paths.cache_dir={cache}", f"hydra.run.dir={early}"], after=0.3)
+    assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr[-3000:]
+    assert "before the run started: nothing was written" in stopped.stderr
+    assert not early.exists()
+
+    later = tmp_path / "later"
+    stopped = _signalled_fresh([*RUN[1:], f"paths.cache_dir={cache}", f"hydra.run.dir={later}"], after=2.5)
+    assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr[-3000:]
+    if later.exists():  # the run had started: it is resumable, and resumes as if nothing happened
+        status = json.loads((later / "status.json").read_text())
+        assert status["status"] == "interrupted" and status["signal"] == "SIGINT"
+        resumed = _train(uninterrupted, later, "ckpt_path=last")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        _assert_same_outputs(later, uninterrupted)
+    else:  # it came while the libraries loaded, before the run began: nothing kept, and said so
+        assert "before the run started: nothing was written" in stopped.stderr
+
+
+def test_a_damaged_resume_point_or_best_checkpoint_is_said_and_trained_again(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    """A resume point cut short (a full disk, a copy cut short), and a finished stage's best checkpoint with one
+    byte changed: each is named in one line and set aside, its stage trains afresh, and the run ends as the
+    uninterrupted run; never a traceback from torch.load."""
+    per_epoch = _batches_per_epoch(uninterrupted, "answerer", 2)
+    run_dir = tmp_path / "damaged"
+    killed = _train(uninterrupted, run_dir, *_signal_at("killer", per_epoch + 1, "answerer", "SIGKILL"))
+    assert killed.returncode == -signal.SIGKILL
+    point = run_dir / "answerer/checkpoints/last.ckpt"
+    point.write_bytes(point.read_bytes()[: point.stat().st_size // 2])
+    best = run_dir / json.loads((run_dir / "selector/stage.json").read_text())["best_checkpoint"]
+    content = bytearray(best.read_bytes())
+    content[len(content) // 2] ^= 0xFF
+    best.write_bytes(bytes(content))
+
+    resumed = _train(uninterrupted, run_dir, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = resumed.stderr + resumed.stdout
+    assert "Traceback" not in log
+    assert (
+        f"stage selector: its best checkpoint {best} is corrupted (the checksum of its member" in log
+        and "set aside as best.ckpt.damaged and the stage is trained again" in log
+    )
+    assert f"stage answerer: {point} is truncated or not a checkpoint (" in log
+    assert "set aside as last.ckpt.damaged and the stage starts afresh" in log
+    assert (best.parent / "best.ckpt.damaged").exists() and (point.parent / "last.ckpt.damaged").exists()
+    _assert_same_outputs(run_dir, uninterrupted)

@@ -14,10 +14,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from musique_models import PROJECT_ROOT
+from musique_models.cli.evaluate import EvaluateConfigError
 from musique_models.cli.score_run import RunScoringError, score_run
 from musique_models.cli.train import train
 from musique_models.data.formats import read_examples
 from musique_models.data.probe import support_groups
+from musique_models.data.subsample import evaluation_subset_indices
 from musique_models.data.unlabelled import write_unlabelled
 from musique_models.evaluation.evaluator import evaluate_dire_files
 from musique_models.systems import registry
@@ -92,14 +94,23 @@ def evaluate_run(run: Path, *overrides: str) -> dict[str, float]:
 
 
 def gold_subset(dataset: str, count: int, output: Path) -> Path:
-    """The first `count` question ids of the dataset's dev sample, as a gold file in its own format."""
+    """The `count` questions of the dataset's dev sample that `eval_size=count` scores, as a gold file in its own
+    format (written here from the raw records: not through the code under test)."""
     source = SAMPLE_DEV[dataset]
+    data_format = {
+        "musique_ans": "musique",
+        "musique_full": "musique",
+        "hotpotqa_20k": "hotpotqa",
+        "2wiki_20k": "2wiki",
+    }
+    examples = list(read_examples(source, data_format[dataset], dataset))
+    ids = [example.id for example in examples]
+    kept = {ids[row] for row in evaluation_subset_indices(ids, [example.num_hops for example in examples], count)}
     if source.suffix == ".jsonl":
         lines = source.read_text().splitlines()
-        kept = list(dict.fromkeys(json.loads(line)["id"] for line in lines))[:count]
         output.write_text("\n".join(line for line in lines if json.loads(line)["id"] in kept) + "\n")
     else:
-        output.write_text(json.dumps(json.loads(source.read_text())[:count]))
+        output.write_text(json.dumps([record for record in json.loads(source.read_text()) if record["_id"] in kept]))
     return output
 
 
@@ -207,8 +218,11 @@ def test_unfinished_runs_missing_stages_and_unknown_splits_are_refused(full_run:
     result = run_python(["evaluate.py", f"run={run}"], timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "the run is failed, not finished" in result.stderr.strip().splitlines()[-1]
-    with pytest.raises(RunScoringError, match="not a train.py run folder"):
+    with pytest.raises(EvaluateConfigError, match="nothing-here: no such folder"):
         evaluate_run(tmp_path / "nothing-here")
+    (tmp_path / "not-a-run").mkdir()
+    with pytest.raises(EvaluateConfigError, match="not a train.py run folder"):
+        evaluate_run(tmp_path / "not-a-run")
 
 
 def test_step_execution_and_the_decomposer_alone_predict_an_unlabelled_test_set(tmp_path: Path, capsys) -> None:
@@ -262,7 +276,7 @@ def test_step_execution_and_the_decomposer_alone_predict_an_unlabelled_test_set(
 
 
 def test_dire_min_paragraphs_on_a_trained_run(tmp_path: Path, capsys) -> None:
-    """`evaluate.py run=RUN mode=dire dire_min_paragraphs=5` on the first 30 HotpotQA dev questions (the 28th has 2
+    """`evaluate.py run=RUN mode=dire dire_min_paragraphs=5` on 30 HotpotQA dev questions (one of them has 2
     paragraphs): that question gets no probes, DiRe counts it as skipped and averages over the other 29, as the
     evaluator does on the written files."""
     run = trained_run(tmp_path, "one_para-hotpotqa_20k")
@@ -290,3 +304,12 @@ def test_dire_min_paragraphs_on_a_trained_run(tmp_path: Path, capsys) -> None:
         "partition": "half",
         "dire_min_paragraphs": 5,
     }
+
+
+def test_a_run_folder_that_does_not_exist_is_refused_before_torch_loads(tmp_path: Path) -> None:
+    result = run_python(["-X", "importtime", "evaluate.py", f"run={tmp_path / 'nothing-here'}"], timeout=120)
+    assert result.returncode == 2
+    (line,) = [row for row in result.stderr.splitlines() if not row.startswith("import time:")]
+    assert line == f"error: run={tmp_path / 'nothing-here'}: no such folder"
+    imported = {row.split("|")[-1].strip() for row in result.stderr.splitlines() if row.startswith("import time:")}
+    assert "torch" not in imported

@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from musique_models import PROJECT_ROOT
 from musique_models.cli.train import RunConfigError, train
 from musique_models.data.source import DatasetConfigError
+from musique_models.data.subsample import evaluation_subset_indices
 from musique_models.errors import user_error_message
 from musique_models.io import write_json
 from tests.conftest import SAMPLES, TINY_SELECT_ANSWER
@@ -59,7 +60,10 @@ def test_a_dataset_in_an_existing_format_joins_by_one_config(tmp_path: Path) -> 
     assert json.loads((run / "status.json").read_text())["status"] == "finished"
     predictions = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
     dev_ids = [record["_id"] for record in json.loads((data / "dev.json").read_text())]
-    assert [prediction["id"] for prediction in predictions] == dev_ids[:4]  # eval_size=4
+    # eval_size=4: the same 4 of the 5 (all 2-hop HotpotQA questions) as any run takes, in file order
+    assert [prediction["id"] for prediction in predictions] == [
+        dev_ids[row] for row in evaluation_subset_indices(dev_ids, [2] * len(dev_ids), 4)
+    ]
     metrics = json.loads((run / "metrics.json").read_text())
     assert 0.0 <= metrics["answer_f1"] <= 1.0 and 0.0 <= metrics["support_f1"] <= 1.0
     provenance = json.loads((run / "provenance.json").read_text())

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from musique_models.data.source import DatasetSource
-from musique_models.data.subsample import subsample_indices
+from musique_models.data.subsample import evaluation_subset_indices, subsample_indices
 from tests.conftest import SAMPLES
 
 IDS = [f"q{i}" for i in range(1000)]
@@ -61,3 +62,20 @@ def test_source_subsamples_train_only_and_saves_ids(tmp_path: Path) -> None:
     assert len(source.load("dev")) == 400
     source.seed = 4
     assert set(source.load("train")["id"]) != set(train["id"])
+
+
+def test_an_evaluation_subset_keeps_the_hop_mix_the_twins_and_the_file_order() -> None:
+    # the sample's layout: ordered by hops (100 2-hop, 60 3-hop, 40 4-hop questions), MuSiQue-Full twins
+    hops = [2] * 100 + [3] * 60 + [4] * 40
+    ids = [f"{hop}hop__{n}" for n, hop in enumerate(hops)]
+    twin_ids = [question_id for question_id in ids for _ in range(2)]
+    twin_hops = [hop for hop in hops for _ in range(2)]
+    rows = evaluation_subset_indices(twin_ids, twin_hops, 50)
+    kept = [twin_ids[row] for row in rows]
+    assert len(set(kept)) == 50 and len(kept) == 100  # 50 questions, both twins of each
+    assert rows == sorted(rows)  # file order
+    mix = Counter(twin_hops[row] for row in rows[::2])
+    assert mix == {2: 25, 3: 15, 4: 10}  # the split's 50% / 30% / 20%, where the first 50 would be all 2-hop
+    assert evaluation_subset_indices(twin_ids, twin_hops, 50) == rows  # the same for every run
+    assert Counter(hops[row] for row in evaluation_subset_indices(ids, hops, 7)) == {2: 4, 3: 2, 4: 1}
+    assert evaluation_subset_indices(ids, hops, 500) == list(range(200))

@@ -181,6 +181,11 @@ def test_evaluate_cli_writes_full_precision_metrics_and_per_question_rows(tmp_pa
         json.loads(line) for line in output.with_name("metrics.per_question.jsonl").read_text().splitlines()
     ]
     assert len(per_question) == 400 and per_question[0]["answer_f1"] == pytest.approx(2 / 3)
+    # each row says what it counts toward: averaging the rows counted in An gives An (all 400 rows would halve it)
+    assert per_question[0]["counts_toward"] == ["answer", "support", "answerability", "pair"]
+    assert per_question[1]["counts_toward"] == ["answerability", "pair"]  # the unanswerable twin: not in An or Sp
+    counted = [row["answer_f1"] for row in per_question if "answer" in row["counts_toward"]]
+    assert sum(counted) / len(counted) == pytest.approx(metrics["answer_f1"])
     assert not (tmp_path / "logs").exists()  # no Hydra run folder
 
 
@@ -367,6 +372,40 @@ def test_probe_files_keep_original_idx_in_the_dataset_format(dataset, relative, 
     text = output.read_text()
     rows = json.loads(text) if text.startswith("[") else [json.loads(line) for line in text.splitlines()]
     assert {row["support_labels"] for row in rows} == {"kept"} and [row["probe"] for row in rows[:2]] == [0, 1]
+    # a probe file given where the original split belongs is named for what it is
+    with pytest.raises(DataFormatError, match="this is a DiRe probe file .* gold= takes the original split"):
+        read_gold(output)
+
+
+def test_predictions_of_another_dataset_are_named_so(tmp_path: Path) -> None:
+    predictions = _write_lines(tmp_path / "p.jsonl", _rows(FULL))  # MuSiQue-Full ids against HotpotQA's gold
+    with pytest.raises(DataFormatError, match="none of the 200 prediction ids is in the gold file .* another dataset"):
+        evaluate_files(predictions, SAMPLES / "hotpotqa" / "dev.json")
+
+
+def test_the_docs_probe_prediction_rows_are_read_and_scored(tmp_path: Path) -> None:
+    """The two probe-prediction rows of docs/evaluation.md are whole rows that `evaluate.py mode=dire` reads."""
+    docs = (PROJECT_ROOT / "docs" / "evaluation.md").read_text()
+    lines = [line.strip() for line in docs.splitlines() if line.strip().startswith('{"id": "2hop__574419_270105"')]
+    assert len(lines) == 2
+    rows = [json.loads(line) for line in lines]
+    assert [row["probe"] for row in rows] == [0, 1]
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(next(line for line in (SAMPLES / "musique_ans" / "dev.jsonl").open() if rows[0]["id"] in line))
+    original = _write_lines(
+        tmp_path / "p.jsonl",
+        [
+            {
+                "id": rows[0]["id"],
+                "predicted_answer": "Stanley",
+                "predicted_support_idxs": [1, 8],
+                "predicted_answerable": True,
+            }
+        ],
+    )
+    report = evaluate_dire_files(gold, original, _write_lines(tmp_path / "probe.jsonl", rows))
+    # probe 0 is the more confident: its answer (Stanley, right) counts; the probes' support is the union, [1, 8]
+    assert report.metrics["dire_answer_f1"] == 1.0 and report.metrics["dire_support_f1"] == 1.0
 
 
 def test_probe_tool_skips_questions_with_few_paragraphs_and_says_how_many(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from musique_models.evaluation.evaluator import degenerate_predictions
+from musique_models.evaluation.gold import GoldInstance
 from musique_models.evaluation.metrics import (
     InstanceResult,
     Scores,
@@ -15,6 +17,7 @@ from musique_models.evaluation.metrics import (
     normalize_answer,
     support_scores,
 )
+from musique_models.evaluation.predictions import Prediction
 
 
 def test_normalisation_matches_squad() -> None:
@@ -243,3 +246,35 @@ def test_dire_caps_with_the_hotpotqa_answer_rules_on_the_original_too() -> None:
 
     assert dire_answer_f1("hotpotqa") == 0.0
     assert dire_answer_f1("musique") == 0.5
+
+
+def _gold(question_id: str, answerable: bool = True) -> GoldInstance:
+    return GoldInstance(
+        row=0,
+        id=question_id,
+        answers=("Paris",),
+        support_idxs=(1,),
+        paragraph_idxs=range(3),
+        answerable=answerable,
+        num_hops=2,
+    )
+
+
+def test_predictions_that_are_the_same_for_every_question_are_said() -> None:
+    golds = [_gold(f"q{i}") for i in range(6)]
+    no_support = [Prediction(f"q{i}", f"answer {i}", [], True) for i in range(6)]
+    assert degenerate_predictions(golds, no_support) == [
+        "the model predicted no supporting paragraph for any of the 6 questions (Sp is 0)"
+    ]
+    same = [Prediction(f"q{i}", "the", [1], True) for i in range(6)]
+    assert degenerate_predictions(golds, same) == ["the model gave the same answer ('the') to all 6 questions"]
+    empty = [Prediction(f"q{i}", "", [], True) for i in range(6)]
+    assert degenerate_predictions(golds, empty)[1] == "the model gave an empty answer to all 6 questions"
+    varied = [Prediction(f"q{i}", f"answer {i}", [i % 3], True) for i in range(6)]
+    assert degenerate_predictions(golds, varied) == []
+    assert degenerate_predictions(golds[:3], same[:3]) == []  # too few questions to mean anything
+    full = [gold for i in range(6) for gold in (_gold(f"q{i}"), _gold(f"q{i}", answerable=False))]
+    all_answerable = [Prediction(g.id, f"a {i}", [1], True) for i, g in enumerate(full)]
+    assert degenerate_predictions(full, all_answerable) == [
+        "the model judged all 12 rows answerable (the paired metrics then score 0)"
+    ]

@@ -57,7 +57,7 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
         dev,
         dev,
         tokenizer.pad_token_id,
-        batch_size=3,  # questions (about 16 rows: their gold paragraphs and as many negatives)
+        batch_size=2,  # questions (about 10 rows: their gold paragraphs and as many negatives): 30 optimizer steps
         eval_batch_size=64,
         train_subset=BalancedNegatives(train["label"], train["example_row"], seed=0),
     )
@@ -67,7 +67,8 @@ def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) 
     metric = RankingMetric(ks=[K])
     metric.update(columns["example_row"], columns["paragraph_idx"], columns["score"], columns["label"])
     recall = float(metric.compute()[f"recall_at_{K}"])
-    # a random ranking puts each gold paragraph in the top K with probability K / 20 = 0.35 (measured here: 0.57)
+    # a random ranking puts each gold paragraph in the top K with probability K / 20 = 0.35; measured here with seeds
+    # 0-3: 0.54, 0.66, 0.56, 0.52 (batches of 3 questions, 20 steps, reached 0.44 with seeds 0 and 3: too close)
     assert recall > K / PARAGRAPHS + 0.1, recall
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from musique_models.cli.train import instantiate_recipe, train
+from musique_models.cli.train import evaluation_subset, instantiate_recipe, train
 from musique_models.evaluation.metrics import normalize_answer
 from musique_models.features.context import YES_NO_PREFIX, build_context
 from musique_models.features.selector import answer_paragraph_idxs, featurize_selector
@@ -108,7 +108,7 @@ def test_fast_dev_run_one_para_reads_one_paragraph_and_predicts_it_as_support(da
     run = Path(cfg.paths.output_dir)
     predictions = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
     ranking = json.loads((run / "selector_ranking.json").read_text())
-    evaluation = instantiate(cfg.dataset).load("dev")
+    evaluation = evaluation_subset(instantiate(cfg.dataset).load("dev"), 5)  # eval_size=5: the run's 5 questions
     rows_per_question = 2 if dataset == "musique_full" else 1
     assert ranking["top_k"] == 1 and len(predictions) == 5 * rows_per_question
     for row, (prediction, ranked) in enumerate(zip(predictions, ranking["rankings"], strict=True)):

@@ -10,7 +10,7 @@ import pytest
 from hydra.utils import instantiate
 
 import musique_models.models.base as module_base
-from musique_models.cli.train import instantiate_recipe
+from musique_models.cli.train import evaluation_subset, instantiate_recipe
 from musique_models.data.schema import Example
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.models.backbone import BackboneSpec
@@ -66,12 +66,11 @@ def test_paper_experiment_composes(dataset: str, compose_train_cfg) -> None:
 
 
 def _context(cfg, run_dir: Path) -> RunContext:
-    """The run's data as `train.py` loads it: the subsampled training split, the first dev questions (twins
-    together)."""
+    """The run's data as `train.py` loads it: the subsampled training split, `EVAL_QUESTIONS` dev questions as
+    `eval_size` takes them (twins together)."""
     source = instantiate(cfg.dataset)
     train, dev = (source.load(split, run_dir=run_dir) for split in ("train", "dev"))
-    kept = set(list(dict.fromkeys(dev["id"]))[:EVAL_QUESTIONS])
-    evaluation = dev.select([row for row, question_id in enumerate(dev["id"]) if question_id in kept])
+    evaluation = evaluation_subset(dev, EVAL_QUESTIONS)
     return RunContext(
         cfg=cfg,
         source=source,

@@ -53,8 +53,8 @@ def test_every_model_and_dataset_config_composes_and_instantiates(model: str, da
             and recipe.top_k == cfg.model.paper_settings[cfg.dataset.name].answerer_top_k
         )
         paper_epochs = {"musique_ans": 3, "musique_full": 3}.get(dataset, 10)
-        assert recipe.selector_cfg.max_epochs == (5 if cfg.dataset.sample else paper_epochs)
-        assert recipe.answerer_cfg.max_epochs == (2 if cfg.dataset.sample else paper_epochs)
+        assert recipe.selector_cfg.max_epochs == (4 if cfg.dataset.sample else paper_epochs)
+        assert recipe.answerer_cfg.max_epochs == (1 if cfg.dataset.sample else paper_epochs)
     else:
         assert isinstance(recipe, End2End) and recipe.empty_question == (model == "c_only")
         paragraph_tokens = {"hotpotqa_20k": 300, "2wiki_20k": 500}.get(dataset, 250)

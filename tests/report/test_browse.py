@@ -157,6 +157,12 @@ def test_musique_full_page_shows_every_row_and_groups_the_twins(runs: dict[str, 
         assert sorted(row["answerable"] for row in rows) == [False, True]
         assert all(isinstance(row["predicted_answerable"], bool) for row in rows)
     assert all(not row["steps"] and row["predicted_decomposition"] is None for row in data["rows"])
+    # the selector's top K that the answerer read, per row (twins each their own), as the run's ranking file has it
+    ranking = json.loads((run / "selector_ranking.json").read_text())
+    assert [(row["id"], row["selection"]) for row in data["rows"]] == [
+        (entry["id"], {"top_k": ranking["top_k"], "ranking": entry["ranking"]}) for entry in ranking["rankings"]
+    ]
+    assert "selectedTopK" in Page((run / "errors.html").read_text()).code
 
 
 def test_step_execution_page_shows_the_executed_steps_and_the_predicted_decomposition(

@@ -22,7 +22,7 @@ from musique_models.report.groups import group_runs
 from musique_models.report.paper import PAPER_RESULTS, PaperFigures, load_paper_results
 from musique_models.report.plot import TICK_CHARACTERS, ZERO_BAR, draw_report
 from musique_models.report.runs import LeaderboardFile, RunRecord, record_from_wandb_run
-from musique_models.report.tables import parse_markdown_table, table_rows
+from musique_models.report.tables import legend, parse_markdown_table, resumed_note, table_rows
 
 TINY = [
     "backbone=tiny",
@@ -99,15 +99,6 @@ def expected_ours(values: list[float]) -> str:
     return f"{statistics.fmean(scaled):.1f} ± {statistics.stdev(scaled):.1f} (n={len(scaled)})"
 
 
-def expected_cell(values: list[float], paper: float | None) -> str:
-    ours = expected_ours(values)
-    if paper is None:
-        return f"{ours} (–)"
-    if not values:
-        return f"{ours} ({paper:.1f})"
-    return f"{ours} ({paper:.1f}, {statistics.fmean(100 * v for v in values) - paper:+.1f})"
-
-
 def paper_figures(split: str = "dev", path: Path = PAPER_RESULTS) -> dict[tuple[str, str, str], float]:
     """(system, dataset, metric) -> value of the data file's figures of `split` that a run of the paper's setup is
     set beside, read here from the raw file: the paper's Table 4 (dev) or Table 5 (test), and for a dev cell that
@@ -141,13 +132,16 @@ def test_runs_group_only_when_they_differ_in_the_seed_and_each_seed_counts_once(
     paper = paper_figures()
 
     metrics = {folder: json.loads((runs_root / folder / "metrics.json").read_text()) for folder in RUNS}
-    paper_rows = {system for system, _, metric in paper if metric in METRICS}
+    paper_systems = {system for system, _, metric in paper if metric in METRICS}
+    # a system without a comparable run gets a row of the paper's figures alone, marked so: never read as ours
+    paper_rows = {f"{system} (paper only)" for system in paper_systems}
     assert set(rows) == set(ROWS.values()) | paper_rows
     order = ["EE", "SA", "EX(EE)", "EX(SA)", "Q-only", "C-only", "1-Para", "RNN", "Human score", "Human upper bound"]
     labels = list(rows)
-    assert labels == sorted(labels, key=lambda label: (order.index(label.split(" [")[0]), "[" in label, label))
+    system_of = {label: label.split(" [")[0].removesuffix(" (paper only)") for label in labels}
+    assert labels == sorted(labels, key=lambda label: (order.index(system_of[label]), "[" in label, label))
     for label, row in rows.items():
-        system = label if label in paper_rows else label.split()[0]
+        system = system_of[label] if label in paper_rows else label.split()[0]
         columns = [c for c in row if c != "system"]
         assert len(columns) == 11
         for column in columns:
@@ -159,9 +153,10 @@ def test_runs_group_only_when_they_differ_in_the_seed_and_each_seed_counts_once(
                 if row_label == label and RUNS[folder][1] == dataset and METRICS[metric] in metrics[folder]
             ]
             if label in paper_rows:  # the paper's own row: its figures, no run of ours (every run is a sample)
-                expected = expected_cell([], paper.get((system, dataset, metric)))
-                if dataset == "musique_full" and (system, dataset, metric) in paper:  # the repository's dev figure
-                    expected = expected.replace(")", "†)")
+                figure = paper.get((system, dataset, metric))
+                expected = "–" if figure is None else f"paper: {figure:.1f}"
+                if dataset == "musique_full" and figure is not None:  # the repository's dev figure
+                    expected += "†"
                 assert row[column] == expected, (label, column)
             else:  # sample runs are never set beside the paper's figures
                 assert row[column] == expected_ours(values), (label, column)
@@ -205,7 +200,7 @@ def test_only_runs_on_the_official_files_and_the_papers_setup_are_set_beside_the
     rows = {row["system"]: row for row in parse_markdown_table((out / "table.md").read_text())}
     an = 100 * json.loads((one_para / "metrics.json").read_text())["answer_f1"]
     assert rows["1-Para"]["HotpotQA An"] == f"{an:.1f} (64.8, {an - 64.8:+.1f})"
-    assert rows["1-Para [first 100 questions]"]["HotpotQA An"] == f"{an:.1f}"
+    assert rows["1-Para [100 questions]"]["HotpotQA An"] == f"{an:.1f}"
     assert rows["1-Para [other files]"]["HotpotQA An"] == f"{an:.1f}"
     # the three differ in their setup, never only in the seed: none is averaged with another
     assert all("(n=" not in row["HotpotQA An"] for row in rows.values())
@@ -467,13 +462,18 @@ SPLIT_RUNS = [
 
 
 def _paper_cells(table_md: str) -> list[tuple[str, str, float, str]]:
-    """(row, column, figure, mark) of every paper figure printed in table.md's first table: `ours (figure[†], d)`."""
+    """(system, column, figure, mark) of every paper figure printed in table.md's first table: `ours (figure[†], d)`
+    in a row of ours, `paper: figure[†]` in a row of the paper's figures alone."""
     cells = []
     for row in parse_markdown_table(table_md):
+        system = row["system"].removesuffix(" (paper only)")
         for column, cell in row.items():
-            if "(" in cell and not cell.endswith("(–)") and column != "system":
+            if cell.startswith("paper: "):
+                figure = cell.removeprefix("paper: ")
+                cells.append((system, column, float(figure.rstrip("†")), "†" * figure.endswith("†")))
+            elif "(" in cell and not cell.endswith("(–)") and column != "system":
                 figure = cell.rsplit("(", 1)[1].split(",")[0].rstrip(")")
-                cells.append((row["system"], column, float(figure.rstrip("†")), "†" * figure.endswith("†")))
+                cells.append((system, column, float(figure.rstrip("†")), "†" * figure.endswith("†")))
     return cells
 
 
@@ -647,3 +647,17 @@ def test_what_a_repeat_of_a_seed_was_scored_with_counts_for_the_kept_run() -> No
     assert kept.dire_metrics == {"dire_answer_f1": 0.3} and kept.dire_source == older.dire_source
     assert kept.leaderboard_files == older.leaderboard_files
     assert newer.dire_metrics == {}  # the records read are left as they were
+
+
+def test_a_resumed_run_says_so_in_the_legend() -> None:
+    def run(source: str, resumptions: int) -> RunRecord:
+        provenance = {"resumptions": [{"code": {}} for _ in range(resumptions)]} if resumptions else {}
+        return RunRecord(source, "SA", "musique_ans", True, 42, {"answer_f1": 0.5}, provenance=provenance)
+
+    assert resumed_note(run("a", 0)) == ""
+    assert resumed_note(run("a", 1)) == " (resumed once)"
+    assert resumed_note(run("a", 3)) == " (resumed 3 times)"
+    kept, repeat = run("logs/kept", 0), run("logs/killed-and-resumed", 1)
+    repeat.made_at, kept.made_at = 1.0, 2.0
+    (group,) = group_runs([kept, repeat])
+    assert "  - repeat of seed 42, not counted: logs/killed-and-resumed (resumed once)" in legend([group])

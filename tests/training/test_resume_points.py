@@ -16,7 +16,8 @@ from pytorch_lightning.demos.boring_classes import BoringModel
 
 from musique_models.run_files import STOP_FILE
 from musique_models.training import resume
-from musique_models.training.resume import STOP, ResumePoints, RunInterrupted, requeue_slurm_job
+from musique_models.training.resume import ResumePoints
+from musique_models.training.stop import STOP, RunInterrupted, requeue_slurm_job
 
 
 class FakeClock:

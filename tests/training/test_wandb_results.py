@@ -69,7 +69,10 @@ def test_an_offline_wandb_run_keeps_final_metrics_per_hop_table_and_result_files
     table = json.loads((offline_run / "files" / summary[f"{PER_HOP_TABLE_KEY}/path"]).read_text())
     assert table["columns"] == ["metric", "all", "2hop", "3hop", "4hop"]
     assert table["data"] == per_hop_rows(metrics)
-    assert ["answer_f1", metrics["answer_f1"], metrics["answer_f1_2hop"], None, None] in table["data"]
+    assert ["answer_f1", metrics["answer_f1"], metrics["answer_f1_2hop"], metrics["answer_f1_3hop"], None] in table[
+        "data"
+    ]
+    assert "answer_f1_4hop" not in metrics  # no 4-hop question among the run's: None in the table
 
     artifacts = [record.artifact for record in records if record.WhichOneof("record_type") == "artifact"]
     (results,) = [artifact for artifact in artifacts if artifact.type == "predictions"]

@@ -1,0 +1,52 @@
+"""What a finished run says below its metrics: what the figures cannot show (predictions that are the same for every
+question), and, for a run on a shipped sample, what the run was, what its selector's ranking shows against chance,
+and the commands that come next."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from musique_models.run_files import RANKING_FILE
+
+
+def ranking_against_chance(run_dir: Path) -> str | None:
+    """`the selector put 41% of the supporting paragraphs in its top 7; a random ranking puts 35% there`, from the
+    run's ranking file (`selector_ranking.json`): its recall@K beside the recall@K of a random ranking of the same
+    questions (K of each question's n paragraphs: K/n of its support). None when the run wrote no labelled ranking."""
+    path = run_dir / RANKING_FILE
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    top_k, metrics, rankings = record.get("top_k"), record.get("metrics") or {}, record.get("rankings") or []
+    recall = metrics.get(f"recall_at_{top_k}")
+    if not top_k or recall is None or not rankings:
+        return None
+    chance = sum(min(top_k, len(row["ranking"])) / len(row["ranking"]) for row in rankings) / len(rankings)
+    verdict = "above" if recall > chance + 0.05 else "not clearly above"
+    return (
+        f"the selector put {100 * recall:.0f}% of the supporting paragraphs in its top {top_k}; a random ranking puts "
+        f"{100 * chance:.0f}% there ({verdict} chance)"
+    )
+
+
+def sample_run_lines(cfg: Any, run_dir: Path, train_questions: int, eval_questions: int) -> list[str]:
+    """For a run on a shipped sample: it is a pipeline check, what its ranking shows, and what to run next."""
+    run = shlex.quote(str(run_dir))
+    lines = [
+        f"This run is a pipeline check on the shipped {cfg.dataset.name} sample ({train_questions} training "
+        f"questions, {eval_questions} {cfg.eval_split} questions scored): figures this small show that the pipeline "
+        "runs end to end, not how good the model is (the paper trains on about 20,000 questions).",
+    ]
+    ranking = ranking_against_chance(run_dir)
+    if ranking is not None:
+        lines.append(ranking[0].upper() + ranking[1:] + ".")
+    lines += [
+        "Next:",
+        f"  python evaluate.py run={run}                  # predict and score a split (mode=dire: DiRe probes)",
+        f"  python -m musique_models.report {run}         # the report, beside the paper's figures",
+        f"  python -m musique_models.report.browse {run}  # the error browser (errors.html in the run folder)",
+    ]
+    return lines
