@@ -11,8 +11,8 @@ for the whole benchmark.
    passes over a table, checkpoint writes, renames of atomically written files) and is the reference.
 2. `--points` kill points drawn with `--seed`: a signal (SIGKILL half the time, else SIGINT or SIGTERM) at the n-th
    event of a kind (n drawn over the census's count of that kind; before or after a checkpoint write or a rename),
-   or at a time drawn over the run's wall time (a fifth of them in its first 10 s: the start, before the run has a
-   configuration). Each point runs in a fresh cache folder, so featurising and its cache writes are killed too.
+   or, for a fifth of the points, at a time drawn over the run's wall time (half of those in its first 10 s: the
+   start, before the run has a configuration). Each point runs in a fresh cache folder, so featurising and its cache writes are killed too.
 3. Each killed attempt is resumed as a user resumes it (`ckpt_path=last`, the same arguments, no fault; run again
    when the kill left no run folder), and its `predictions.jsonl`, `metrics.json`, `selector_ranking.json` and each
    stage's best weights must equal the reference's, and its status must be `finished`.
