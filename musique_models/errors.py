@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,11 +92,20 @@ def user_error_message(error: BaseException) -> str | None:
 
 
 def unknown_setting_message(key: str, schema: type) -> str:
-    """The one line for a setting a typed schema does not have: the key and the schema's settings."""
+    """The one line for a setting a typed schema does not have (`no_such_setting_message` with its fields)."""
     from dataclasses import fields
 
-    names = ", ".join(sorted(item.name for item in fields(schema)))
-    return f"{key}: {schema.__name__} has no such setting (its settings: {names})"
+    return no_such_setting_message(key, schema.__name__, [item.name for item in fields(schema)])
+
+
+def no_such_setting_message(key: str, owner: str, names: Iterable[str]) -> str:
+    """`model.lrr: SelectAnswer has no such setting; did you mean `model.lr`? (its settings: ...)`: the key, the
+    closest of `owner`'s settings `names` when one is close, and all of them."""
+    names = sorted(names)
+    parent, _, leaf = key.rpartition(".")
+    close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
+    hint = f"; did you mean `{'.'.join(filter(None, [parent, close[0]]))}`?" if close else ""
+    return f"{key}: {owner} has no such setting{hint} (its settings: {', '.join(names)})"
 
 
 def _unknown_setting(error: BaseException | None) -> str | None:

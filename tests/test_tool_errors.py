@@ -35,6 +35,10 @@ CASES = {
         [*EVALUATE, "format=musique_full", f"predictions={PREDICTIONS}", f"gold={GOLD}"],
         "use dataset=musique_full",
     ),
+    "evaluate-run-only-option": (
+        [*EVALUATE, f"predictions={PREDICTIONS}", f"gold={GOLD}", "split=test", "eval_size=5"],
+        "split, eval_size apply to run= only",
+    ),
     "evaluate-bad-override": (
         [*EVALUATE, "gold_file=x", f"predictions={PREDICTIONS}", f"gold={GOLD}"],
         "unknown key `gold_file`; did you mean `gold`?",

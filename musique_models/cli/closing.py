@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
+from musique_models import PROJECT_ROOT
 from musique_models.run_files import RANKING_FILE
+
+# Under this many questions a recall beside chance is not said to be above it or not.
+FEW_QUESTIONS = 30
 
 
 def ranking_against_chance(run_dir: Path) -> str | None:
@@ -25,16 +30,22 @@ def ranking_against_chance(run_dir: Path) -> str | None:
     if not top_k or recall is None or not rankings:
         return None
     chance = sum(min(top_k, len(row["ranking"])) / len(row["ranking"]) for row in rankings) / len(rankings)
-    verdict = "above" if recall > chance + 0.05 else "not clearly above"
+    questions = len({row["id"] for row in rankings})
+    if questions < FEW_QUESTIONS:
+        verdict = f"{questions} questions are too few to tell"
+    else:
+        verdict = "above chance" if recall > chance + 0.05 else "not clearly above chance"
     return (
         f"the selector put {100 * recall:.0f}% of the supporting paragraphs in its top {top_k}; a random ranking puts "
-        f"{100 * chance:.0f}% there ({verdict} chance)"
+        f"{100 * chance:.0f}% there ({verdict})"
     )
 
 
 def sample_run_lines(cfg: Any, run_dir: Path, train_questions: int, eval_questions: int) -> list[str]:
     """For a run on a shipped sample: it is a pipeline check, what its ranking shows, and what to run next."""
     run = shlex.quote(str(run_dir))
+    python = shlex.quote(sys.executable)  # this run's interpreter: the commands work where no environment is active
+    evaluate = shlex.quote(str(PROJECT_ROOT / "evaluate.py"))
     lines = [
         f"This run is a pipeline check on the shipped {cfg.dataset.name} sample ({train_questions} training "
         f"questions, {eval_questions} {cfg.eval_split} questions scored): figures this small show that the pipeline "
@@ -45,8 +56,8 @@ def sample_run_lines(cfg: Any, run_dir: Path, train_questions: int, eval_questio
         lines.append(ranking[0].upper() + ranking[1:] + ".")
     lines += [
         "Next:",
-        f"  python evaluate.py run={run}                  # predict and score a split (mode=dire: DiRe probes)",
-        f"  python -m musique_models.report {run}         # the report, beside the paper's figures",
-        f"  python -m musique_models.report.browse {run}  # the error browser (errors.html in the run folder)",
+        f"  {python} {evaluate} run={run}  # predict and score a split (mode=dire: DiRe probes)",
+        f"  {python} -m musique_models.report {run}  # the report, beside the paper's figures",
+        f"  {python} -m musique_models.report.browse {run}  # the error browser (errors.html in the run folder)",
     ]
     return lines

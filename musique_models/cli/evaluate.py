@@ -21,6 +21,19 @@ _REQUIRED = {
 }
 
 
+# The options that choose what a trained run predicts (`run=`): with prediction files they would change nothing.
+RUN_ONLY = ("split", "eval_size", "partition", "threads")
+
+
+def given_on_command_line() -> set[str]:
+    """The keys the command line sets (`key=value`, `+key=value`), as Hydra recorded them; empty outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    return {str(item).split("=", 1)[0].lstrip("+~") for item in HydraConfig.get().overrides.task}
+
+
 class EvaluateConfigError(MusiqueModelsError, ValueError):
     """An evaluate.py option that is missing, unknown or contradicts another."""
 
@@ -87,6 +100,12 @@ def check_options(cfg: DictConfig) -> None:
     for key, usage in _REQUIRED.items():
         if OmegaConf.is_missing(cfg, key) or not cfg[key]:
             raise EvaluateConfigError(f"evaluate.py needs {usage}")
+    run_only = [key for key in RUN_ONLY if key in given_on_command_line()]
+    if run_only:
+        raise EvaluateConfigError(
+            f"{', '.join(run_only)} apply to run= only (they choose what a trained run predicts); drop them to score "
+            "these files, or give run=RUN_DIR instead of predictions= and gold="
+        )
     if cfg.mode == "dire" and not cfg.probe_predictions:
         raise EvaluateConfigError("mode=dire needs probe_predictions=PATH (the DiRe probe prediction jsonl)")
 

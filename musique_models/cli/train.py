@@ -29,7 +29,12 @@ from musique_models.data.schema import Example
 from musique_models.data.source import DatasetSource, no_sample_message
 from musique_models.data.subsample import EVALUATION_SUBSET_SEED, evaluation_subset_indices
 from musique_models.data.summary import print_summary
-from musique_models.errors import MusiqueModelsError, unknown_setting_message, user_error_message
+from musique_models.errors import (
+    MusiqueModelsError,
+    no_such_setting_message,
+    unknown_setting_message,
+    user_error_message,
+)
 from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
@@ -230,7 +235,11 @@ def interrupted(output_dir: Path, reason: str) -> SystemExit:
         launcher = callable(STOP.previous.get(STOP.signum))
         record["requeue"] = "asked of the launcher's own handler" if launcher else "scontrol requeue"
     write_json(output_dir / STATUS_FILE, record)
-    where = "none: every finished stage is kept, the stage that was running starts afresh"
+    where = (
+        "none: every finished stage is kept, the stage that was running starts afresh"
+        if has_trained(output_dir)
+        else "none yet (no stage had started): resuming starts the run's first stage"
+    )
     if points:
         try:  # torch loads here when the stop came before it did (or in the middle of its import): then say less
             from musique_models.training.resume import describe_resume_point
@@ -411,18 +420,16 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
         )
 
 
-def check_hub_backbones(node: Any) -> None:
-    """Every hub backbone the model config names is a local folder, in the local Hugging Face cache, or reachable
-    (`models.hub.hub_folder`): an offline run answers in one line before anything loads."""
-    if isinstance(node, DictConfig):
-        if (
-            str(node.get("_target_", "")).endswith("BackboneSpec")
-            and node.get("source", "hub") == "hub"
-            and node.get("path")
-        ):
-            hub_folder(node.name, node.path, bool(node.get("causal")))
-        for key in node:
-            check_hub_backbones(node.get(key))
+def check_hub_backbones(node: Any, key: str = "model") -> None:
+    """Every hub backbone the model config names (under `key`) is a local folder, reachable, or in the local Hugging
+    Face cache (`models.hub.hub_folder`): an offline run answers in one line before anything loads."""
+    if not isinstance(node, DictConfig):
+        return
+    is_backbone = str(node.get("_target_", "")).endswith("BackboneSpec")
+    if is_backbone and node.get("source", "hub") == "hub" and node.get("path"):
+        hub_folder(node.name, node.path, bool(node.get("causal")), key)
+    for name in node:
+        check_hub_backbones(node.get(name), f"{key}.{name}")
 
 
 def _cuda_available() -> bool:
@@ -591,12 +598,9 @@ def instantiate_recipe(cfg: DictConfig) -> Recipe:
         # Hydra's own keys (`_target_`, `_convert_`, `_recursive_`, ...) are instantiate's, not the recipe's
         unknown = [str(key) for key in model if not str(key).startswith("_") and key not in parameters]
         if unknown:
-            settings = ", ".join(sorted(name for name in parameters if name != "self"))
+            settings = [name for name in parameters if name != "self"]
             raise RunConfigError(
-                "; ".join(
-                    f"model.{key}: {recipe_class.__name__} has no such setting (its settings: {settings})"
-                    for key in unknown
-                )
+                "; ".join(no_such_setting_message(f"model.{key}", recipe_class.__name__, settings) for key in unknown)
             )
     recipe = instantiate(model, _recursive_=False)
     if not isinstance(recipe, Recipe):

@@ -96,7 +96,13 @@ def align_predictions(
         )
     missing = [i for i in gold_counts if i not in predicted_counts]
     if missing:
-        raise DataFormatError(f"{len(missing)} gold ids have no prediction: {_shown(missing)}", path=path)
+        subset = ""
+        if all(i in gold_counts for i in predicted_counts):
+            subset = (
+                f" (the predictions cover {len(predicted_counts)} of the gold file's {len(gold_counts)} questions: a "
+                "run with eval_size scored only those; `evaluate.py run=RUN_DIR` scores a run's own questions)"
+            )
+        raise DataFormatError(f"{len(missing)} gold ids have no prediction: {_shown(missing)}{subset}", path=path)
     extra = [i for i in predicted_counts if i not in gold_counts]
     if extra:
         raise DataFormatError(f"{len(extra)} predicted ids are not in the gold file: {_shown(extra)}", path=path)

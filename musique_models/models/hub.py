@@ -17,7 +17,7 @@ class BackboneError(MusiqueModelsError):
 HUB_PROBE_SECONDS = 5.0
 
 
-def hub_folder(name: str, path: str, causal: bool = False) -> str:
+def hub_folder(name: str, path: str, causal: bool = False, key: str = "backbone") -> str:
     """Where the hub backbone `name` loads from: its `path` when that is a local folder; else its hub name when the
     hub answers within `HUB_PROBE_SECONDS` (transformers then reads its cache and fetches what it lacks); else, offline
     (`HF_HUB_OFFLINE=1`, or no answer), its snapshot in the local Hugging Face cache. Offline and not cached, one
@@ -38,7 +38,7 @@ def hub_folder(name: str, path: str, causal: bool = False) -> str:
     raise BackboneError(
         f"backbone {name!r}: {path} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and cannot be "
         f"downloaded ({unreachable}). Download it where there is a network (huggingface-cli download {path}) or "
-        f"set its path to a local copy (backbone.path=...); offline, use {offline_backbones(causal)}"
+        f"point it at a local copy ({key}.path=/a/local/copy); offline, use {offline_backbones(causal)}"
     )
 
 

@@ -90,17 +90,12 @@ class StageClock(pl.Callback):
         if not trainer.is_global_zero or took < QUIET_SECONDS:
             return
         epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
-        done = trainer.current_epoch + 1
+        epoch = trainer.current_epoch  # counted from 0, as Lightning's progress bar and the resume messages count
         validation = f" (validation {format_duration(self._validation_seconds)})" if self._validation_seconds else ""
-        if epochs is None or done >= epochs:
-            log.info("stage %s: epoch %d done in %s%s", self.stage, done, format_duration(took), validation)
-            return
-        log.info(
-            "stage %s: epoch %d of %d done in %s%s; about %s left at that pace (early stopping may end it sooner)",
-            self.stage,
-            done,
-            epochs,
-            format_duration(took),
-            validation,
-            format_duration(took * (epochs - done)),
-        )
+        of = f" ({epoch + 1} of {epochs})" if epochs is not None else ""
+        line = f"stage {self.stage}: epoch {epoch}{of} done in {format_duration(took)}{validation}"
+        if epochs is not None and epoch + 1 < epochs:
+            line += f"; about {format_duration(took * (epochs - epoch - 1))} left at that pace"
+            if trainer.early_stopping_callback is not None:
+                line += " (early stopping may end it sooner)"
+        log.info("%s", line)

@@ -259,11 +259,12 @@ def run_stage(
     callbacks = stage_callbacks(cfg, checkpoint_dir, monitor if validates else None, mode, bool(loggers), stage_cfg)
     callbacks += [StageClock(name), ThreadStableTraining()]  # ThreadStableTraining: the same with any thread count
     trainer = build_trainer(cfg, stage_cfg, callbacks, loggers, stage_dir)
+    had_a_point = (checkpoint_dir / RESUME_FILE).exists()
     resume_from = resume_point(cfg.get("ckpt_path"), checkpoint_dir, name)
     if resume_from is not None:
         log.info("stage %s resumes from %s, %s", name, resume_from, describe_resume_point(resume_from))
     else:
-        if resuming:
+        if resuming and not had_a_point:  # a damaged point was said and set aside by `resume_point`
             log.info("stage %s has no resume point in %s: it starts afresh", name, checkpoint_dir)
         clear_checkpoints(checkpoint_dir)
     choose_threads(cfg.trainer.get("threads"), f"stage {name}")

@@ -109,13 +109,21 @@ def test_a_wrong_stage_checkpoint_is_refused_as_selector(tmp_path: Path) -> None
         (["trainer.max_epoch=2"], "unknown key `trainer.max_epoch`; did you mean `trainer.max_epochs`?"),
         (["model.answerr.lr=1"], "unknown key `model.answerr.lr`; did you mean `model.answerer.lr`?"),
         (["+model.lrr=1", "backbone=tiny"], "model.lrr: SelectAnswer has no such setting (its settings: answerer,"),
+        (
+            ["+model.top_kk=1", "backbone=tiny"],
+            "model.top_kk: SelectAnswer has no such setting; did you mean `model.top_k`?",
+        ),
         (["model=nope"], "Could not find 'model/nope'"),
         (["seed=${oops}"], "oops"),
         (["model.yes_no=both"], "model.yes_no='both': expected one of prefix, head"),
         (["model.answerer.input=long"], "model.answerer.input='long': expected one of auto, single, windows"),
         (["dataset.sample=false", "dataset.data_dir=/nowhere"], "train file not found: /nowhere/musique_ans_v1.0"),
-        (["model.answerer.lrr=1e-4"], "model.answerer.lrr: AnswererSettings has no such setting (its settings: acc"),
-        (["+model.answerer.lrr=1e-4"], "model.answerer.lrr: AnswererSettings has no such setting (its settings: acc"),
+        (["model.answerer.lrr=1e-4"], "model.answerer.lrr: AnswererSettings has no such setting; did you mean `model"),
+        (["+model.answerer.lrr=1e-4"], "model.answerer.lrr: AnswererSettings has no such setting; did you mean `model"),
+        (
+            ["model.selector.max_epoch=2"],
+            "SelectorSettings has no such setting; did you mean `model.selector.max_epochs`?",
+        ),
         (["model=q_only", "++model.answerer.beams=3"], "model.answerer.beams: QuestionOnlySettings has no such"),
         (["dataset.files.dev=/x.jsonl"], "dataset.files.dev would not be read: dataset.sample=true reads the shipped"),
         (["dataset.sample=false", "dataset.sample_files.dev=/x"], "dataset.sample_files.dev would not be read"),
@@ -154,7 +162,7 @@ def test_a_hub_backbone_offline_is_refused_in_one_line_before_anything_loads(tmp
         imported = {row.split("|")[-1].strip() for row in result.stderr.splitlines() if row.startswith("import time:")}
         (line,) = [row for row in result.stderr.strip().splitlines() if not row.startswith("import time:")]
         assert line.startswith(f"error: backbone '{backbone}': ") and "is not in the local Hugging Face cache" in line
-        assert "HF_HUB_OFFLINE=1 is set" in line and "huggingface-cli download" in line and "backbone.path" in line
+        assert "HF_HUB_OFFLINE=1 is set" in line and "huggingface-cli download" in line and "backbone.path=" in line
         assert kind in line and other_kind not in line, line  # the backbones of the kind it needs
         assert "torch" not in imported and "musique_models.models.hub" in imported
         assert not (tmp_path / "run").exists()  # nothing started: no run folder is left

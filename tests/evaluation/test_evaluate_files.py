@@ -383,6 +383,17 @@ def test_predictions_of_another_dataset_are_named_so(tmp_path: Path) -> None:
         evaluate_files(predictions, SAMPLES / "hotpotqa" / "dev.json")
 
 
+def test_predictions_of_some_of_the_questions_say_how_many_they_cover(tmp_path: Path) -> None:
+    """A run's predictions with `eval_size` scored against the whole split: the line says what they cover and how
+    to score a run's own questions."""
+    rows = _rows(FULL)[:20]  # 10 questions, both twins
+    with pytest.raises(
+        DataFormatError,
+        match=r"190 gold ids have no prediction: .* cover 10 of the gold file's 200 questions: .*evaluate.py run=RUN_DIR",
+    ):
+        evaluate_files(_write_lines(tmp_path / "p.jsonl", rows), FULL)
+
+
 def test_the_docs_probe_prediction_rows_are_read_and_scored(tmp_path: Path) -> None:
     """The two probe-prediction rows of docs/evaluation.md are whole rows that `evaluate.py mode=dire` reads."""
     docs = (PROJECT_ROOT / "docs" / "evaluation.md").read_text()

@@ -50,10 +50,11 @@ def test_offline_and_not_cached_is_one_line_with_the_backbones_of_its_kind(
 ) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(BackboneError) as raised:
-        hub_folder("qwen", "Qwen/Qwen2.5-1.5B-Instruct", causal=True)
+        hub_folder("qwen", "Qwen/Qwen2.5-1.5B-Instruct", causal=True, key="model.reader.backbone")
     message = str(raised.value)
     assert "\n" not in message and "HF_HUB_OFFLINE=1 is set" in message
     assert "huggingface-cli download Qwen/Qwen2.5-1.5B-Instruct" in message
+    assert "(model.reader.backbone.path=/a/local/copy)" in message  # the override that points it at a copy
     assert message.endswith("offline, use decoder-only: tiny_llama (random weights: tests)")
     encoders = offline_backbones(causal=False)
     assert encoders.startswith("encoder: minilm, minilm_long, ") and "seq2seq: minilm_bert2bert" in encoders

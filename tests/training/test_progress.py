@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -12,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from pytorch_lightning.demos.boring_classes import BoringModel
 
+from musique_models import PROJECT_ROOT
 from musique_models.cli.closing import ranking_against_chance, sample_run_lines
 from musique_models.training import progress
 from musique_models.training.progress import StageClock, format_duration
@@ -59,9 +61,9 @@ def test_a_stage_says_its_pace_and_the_time_left(tmp_path: Path, monkeypatch, ca
     assert lines == [
         f"stage selector: 2.00 s a training step with {threads} CPU thread(s); 18 steps left: about 36 s of training "
         "(validation and prediction come on top)",
-        "stage selector: epoch 1 of 3 done in 16 s; about 32 s left at that pace (early stopping may end it sooner)",
-        "stage selector: epoch 2 of 3 done in 16 s; about 16 s left at that pace (early stopping may end it sooner)",
-        "stage selector: epoch 3 done in 16 s",
+        "stage selector: epoch 0 (1 of 3) done in 16 s; about 32 s left at that pace",
+        "stage selector: epoch 1 (2 of 3) done in 16 s; about 16 s left at that pace",
+        "stage selector: epoch 2 (3 of 3) done in 16 s",
     ]
 
 
@@ -76,8 +78,8 @@ def test_durations_read_as_a_person_writes_them() -> None:
 
 
 def test_a_sample_run_ends_with_what_it_is_its_ranking_against_chance_and_what_comes_next(tmp_path: Path) -> None:
-    # three questions of 20, 20 and 10 paragraphs; top 5: a random ranking reads 5/20, 5/20, 5/10 of the support
-    rankings = [{"id": f"q{n}", "ranking": list(range(size))} for n, size in enumerate((20, 20, 10))]
+    # 30 questions of 20, 20 and 10 paragraphs; top 5: a random ranking reads 5/20, 5/20, 5/10 of the support
+    rankings = [{"id": f"q{n}", "ranking": list(range((20, 20, 10)[n % 3]))} for n in range(30)]
     ranking_file = tmp_path / "selector_ranking.json"
     ranking_file.write_text(json.dumps({"top_k": 5, "rankings": rankings, "metrics": {"recall_at_5": 0.8}}))
     chance = (5 / 20 + 5 / 20 + 5 / 10) / 3
@@ -87,13 +89,18 @@ def test_a_sample_run_ends_with_what_it_is_its_ranking_against_chance_and_what_c
     )
     ranking_file.write_text(json.dumps({"top_k": 5, "rankings": rankings, "metrics": {"recall_at_5": 0.35}}))
     assert ranking_against_chance(tmp_path).endswith("(not clearly above chance)")
+    few = {"top_k": 5, "rankings": rankings[:6], "metrics": {"recall_at_5": 0.8}}
+    ranking_file.write_text(json.dumps(few))
+    assert ranking_against_chance(tmp_path).endswith("(6 questions are too few to tell)")
+    ranking_file.write_text(json.dumps({"top_k": 5, "rankings": rankings, "metrics": {"recall_at_5": 0.35}}))
     cfg = OmegaConf.create({"dataset": {"name": "musique_ans"}, "eval_split": "dev"})
     lines = sample_run_lines(cfg, tmp_path, 100, 200)
     assert lines[0].startswith(
         "This run is a pipeline check on the shipped musique_ans sample (100 training questions, 200 dev questions"
     )
     assert lines[1].startswith("The selector put 35% of the supporting paragraphs in its top 5")
-    assert f"python evaluate.py run={tmp_path}" in "\n".join(lines)
-    assert f"python -m musique_models.report.browse {tmp_path}" in "\n".join(lines)
+    # with this interpreter's path: they work where no environment is active (after `make train`)
+    assert f"{sys.executable} {PROJECT_ROOT / 'evaluate.py'} run={tmp_path}" in "\n".join(lines)
+    assert f"{sys.executable} -m musique_models.report.browse {tmp_path}" in "\n".join(lines)
     ranking_file.unlink()  # a system without a selector: no ranking line
     assert not any(line.startswith("The selector") for line in sample_run_lines(cfg, tmp_path, 100, 200))

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.demos.boring_classes import BoringModel
 
 from musique_models.run_files import STOP_FILE
 from musique_models.training import resume
-from musique_models.training.resume import ResumePoints
+from musique_models.training.resume import BestCheckpoint, ResumePoints, partial_path, save_atomically
 from musique_models.training.stop import STOP, RunInterrupted, requeue_slurm_job
 
 
@@ -134,3 +135,28 @@ def test_slurm_requeue_goes_through_the_launchers_own_handler() -> None:
     calls = []
     requeue_slurm_job(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
     assert calls == [signal.SIGUSR2]
+
+
+class _CutWriter:
+    """A trainer whose checkpoint write stops halfway (a kill, a full disk): half the bytes, then an error."""
+
+    is_global_zero = True
+
+    def save_checkpoint(self, path: Path, weights_only: bool = False) -> None:
+        Path(path).write_bytes(b"PK\x03\x04 half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+
+def test_a_checkpoint_write_cut_short_leaves_the_previous_whole_file(tmp_path: Path) -> None:
+    best = tmp_path / "best.ckpt"
+    best.write_bytes(b"the previous whole checkpoint")
+    with pytest.raises(OSError, match="No space left"):
+        save_atomically(_CutWriter(), best, weights_only=True)
+    assert best.read_bytes() == b"the previous whole checkpoint"  # the cut bytes went to the partial file only
+    assert partial_path(best).exists() and partial_path(best).name == ".best.ckpt.partial"
+
+
+def test_the_best_checkpoint_keeps_lightnings_state_key() -> None:
+    """Resume points written with Lightning's ModelCheckpoint still restore its state into `BestCheckpoint`."""
+    settings = {"monitor": "val/answer_f1", "mode": "max", "filename": "best", "save_weights_only": True}
+    assert BestCheckpoint(**settings).state_key == ModelCheckpoint(**settings).state_key
