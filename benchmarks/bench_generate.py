@@ -10,7 +10,10 @@ Targets: (a) <= 1.15 x (b) (everything around `generate` costs at most 15%) and 
 
 The model is the offline MiniLM BERT2BERT (`minilm_bert2bert`, the seq2seq answerer of `model=select_generate`)
 trained in process for `--steps` optimizer steps on 8 training questions of the shipped MuSiQue-Ans sample, so that
-it writes targets of its own length; `--backbone tiny_llama` measures the decoder-only path instead. Each question
+it writes targets of its own length; `--backbone tiny_llama` measures the decoder-only path instead, and
+`--backbone smollm2_135m_instruct --steps 0` the real SmolLM2-135M-Instruct as shipped (`--paragraphs 20
+--paragraph-tokens 150`: MuSiQue-length prompts). (b') times the prompts alone over the same batches (one token
+generated): the part of (b) that batching cannot shorten on a CPU, where reading a prompt is compute-bound. Each question
 reads its first `--paragraphs` paragraphs (as a selector's top K would give), at the answerer's token caps. 2 CPU
 threads.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -131,6 +135,20 @@ def main(argv: list[str] | None = None) -> dict:
             )
     bare_s = time.perf_counter() - start
 
+    # (b') the prompts alone over the same batches (one token generated): the share of (b) that batching cannot cut,
+    # as reading a prompt is compute-bound at any batch size
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for batch in batches:
+            if reader.causal:
+                input_ids, attention_mask = left_padded(batch["input_ids"], batch["prompt_length"], reader.pad_token_id)
+            else:
+                input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+            reader.model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=1, do_sample=False, num_beams=1
+            )
+    prompts_s = time.perf_counter() - start
+
     # (c) one question at a time, the same path
     single = fitted.predictor(cfg, 1)
     start = time.perf_counter()
@@ -150,11 +168,13 @@ def main(argv: list[str] | None = None) -> dict:
         "train_s": round(train_s, 1),
         "batched_s": round(batched_s, 2),
         "bare_generate_s": round(bare_s, 2),
+        "prompts_alone_s": round(prompts_s, 2),
         "one_at_a_time_s": round(single_s, 2),
         "batched_over_bare": round(batched_s / bare_s, 3),
         "one_at_a_time_over_batched": round(single_s / batched_s, 2),
         "same_answers_batched_and_one_at_a_time": same,
         "unparsed_generations": sum(bool(g.problems) for g in batched.generations),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
     }
     result["verdict"] = (
         "PASS"

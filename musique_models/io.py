@@ -6,6 +6,7 @@ import gc
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import zipfile
 import zlib
@@ -32,6 +33,24 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """A temporary folder beside `path` to fill; it replaces `path` (and whatever was there) only if the block
+    succeeds, so that a reader never finds a half-written folder at `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    os.chmod(staging, 0o777 & ~_current_umask())  # mkdtemp makes 0700; give the folder normal permissions
+    try:
+        yield staging
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

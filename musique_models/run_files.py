@@ -41,6 +41,7 @@ RANKING_FILE = "selector_ranking.json"  # Select+Answer: the selector's ranking 
 STEPS_FILE = "steps.jsonl"  # Step Execution: every executed step
 DECOMPOSITIONS_FILE = "decompositions.jsonl"  # the decomposer's sub-questions
 GENERATIONS_FILE = "generations.jsonl"  # generative readers: each row's raw generation and what its parse missed
+GENERATION_SPEED_FILE = "generation_speed.json"  # generative readers: questions, tokens and seconds of the generation
 EXEMPLARS_FILE = "prompt_exemplars.json"  # model=llm_prompt: the k-shot exemplars the run's prompts hold
 
 

@@ -116,7 +116,8 @@ class GenerativeReaderSettings(GenerationSettings):
     `max_question_tokens`, each paragraph to `max_paragraph_tokens`, the whole input (prompt) to
     `max_source_tokens`, the generated target to `max_target_tokens`; gradients clipped by norm; `finetune`: `full` or `lora` (`lora_r`,
     `lora_alpha`, `lora_dropout` on `lora_target_modules`: `all-linear` or module names; `lora_modules_to_save`:
-    modules trained whole beside the adapters, e.g. `[lm_head]`)."""
+    modules trained whole beside the adapters, e.g. `[lm_head]`); `guided_format`: a decoder-only reader's decoding is
+    held to the target format, the model filling its fields (`musique_models.models.guided`)."""
 
     max_question_tokens: int = 100
     max_paragraph_tokens: int = 200
@@ -132,6 +133,7 @@ class GenerativeReaderSettings(GenerationSettings):
     lora_dropout: float = 0.05
     lora_target_modules: Any = "all-linear"
     lora_modules_to_save: Any = None
+    guided_format: bool = False
 
 
 @dataclass

@@ -39,7 +39,7 @@ from musique_models.evaluation.evaluator import evaluate_predictions, metrics_ta
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import atomic_open, checkpoint_problem, write_json
-from musique_models.models.hub import hub_folder
+from musique_models.models.hub import hub_folder, packaged_path
 from musique_models.run_files import (
     CHECKPOINTS_FOLDER,
     CONFIG_FILE,
@@ -363,7 +363,7 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
             "to reuse a trained selector pass model.selector_checkpoint=PATH"
         )
     check_data_overrides(cfg)
-    check_hub_backbones(cfg.get("model"))
+    check_backbones(cfg.get("model"))
     unknown = unknown_settings(cfg.get("model"), "model")
     if unknown:
         raise RunConfigError("; ".join(unknown_setting_message(key, schema) for key, schema in unknown))
@@ -420,16 +420,24 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
         )
 
 
-def check_hub_backbones(node: Any, key: str = "model") -> None:
-    """Every hub backbone the model config names (under `key`) is a local folder, reachable, or in the local Hugging
-    Face cache (`models.hub.hub_folder`): an offline run answers in one line before anything loads."""
+def check_backbones(node: Any, key: str = "model") -> None:
+    """Every backbone the model config names (under `key`) can load: a hub one is a local folder, reachable, or in the
+    local Hugging Face cache (`models.hub.hub_folder`); a packaged one's distribution is installed, at its pinned
+    version, with its pinned checksum (`models.hub.packaged_path`). A run that cannot load one answers in one line
+    before anything loads."""
     if not isinstance(node, DictConfig):
         return
-    is_backbone = str(node.get("_target_", "")).endswith("BackboneSpec")
-    if is_backbone and node.get("source", "hub") == "hub" and node.get("path"):
-        hub_folder(node.name, node.path, bool(node.get("causal")), key)
+    if str(node.get("_target_", "")).endswith("BackboneSpec"):
+        source = node.get("source", "hub")
+        if source == "hub" and node.get("path"):
+            hub_folder(node.name, node.path, bool(node.get("causal")), key)
+        elif source == "package":
+            inside = f"{node.get('folder_in_distribution')}/{node.get('weights_file', 'model.safetensors')}"
+            packaged_path(node.name, node.get("distribution"), inside, node.get("sha256"))
+        elif source == "gguf":
+            packaged_path(node.name, node.get("distribution"), node.get("file_in_distribution"), node.get("sha256"))
     for name in node:
-        check_hub_backbones(node.get(name), f"{key}.{name}")
+        check_backbones(node.get(name), f"{key}.{name}")
 
 
 def _cuda_available() -> bool:

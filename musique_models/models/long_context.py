@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from transformers import AutoModel, AutoTokenizer, LongformerConfig, LongformerModel
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.io import code_fingerprint
+from musique_models.io import atomic_folder, code_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +105,7 @@ def convert_to_longformer(
     target = LongformerModel(config, add_pooling_layer=has_pooler)
     target.load_state_dict(_longformer_state(source_model, pad_token_id, max_positions), strict=True)
 
-    output_dir = Path(output_dir)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with atomic_folder(output_dir) as staging:
         target.save_pretrained(staging)
         tokenizer = AutoTokenizer.from_pretrained(str(source), use_fast=True)
         tokenizer.model_max_length = max_positions
@@ -129,12 +123,7 @@ def convert_to_longformer(
                 indent=2,
             )
         )
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        os.replace(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    output_dir = Path(output_dir)
     log.info("converted %s into a %d-position Longformer at %s", source, max_positions, output_dir)
     return output_dir
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from musique_models.recipes.base import RunContext, decoded_predictions
 from musique_models.recipes.fitting import StageInputs, fit_stage
 from musique_models.recipes.reader import reader_monitor
 from musique_models.recipes.select_answer import FittedRanker, FittedSelector, SelectAnswer, SelectorRanker, with_top_k
-from musique_models.run_files import EXEMPLARS_FILE, GENERATIONS_FILE
+from musique_models.run_files import EXEMPLARS_FILE, GENERATION_SPEED_FILE, GENERATIONS_FILE
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
 from musique_models.training.stage import finished_checkpoint
@@ -100,6 +101,7 @@ def build_generative_reader(
         label_smoothing=stage_cfg.label_smoothing,
         num_beams=stage_cfg.num_beams,
         max_target_tokens=stage_cfg.max_target_tokens,
+        guided_format=stage_cfg.get("guided_format", False),
         **kwargs,
     )
 
@@ -131,15 +133,36 @@ class FittedGenerativeReader:
         return GenerativeReaderPredictor(self, cfg, batch_size)
 
 
+@dataclass
+class GenerationSpeed:
+    """How long a read's generation took (transformers' engine): its questions, their prompt tokens, the tokens
+    generated (padding not counted), the seconds of the batched generation."""
+
+    questions: int
+    prompt_tokens: int
+    generated_tokens: int
+    seconds: float
+
+    def line(self) -> str:
+        return (
+            f"generated {self.generated_tokens} tokens for {self.questions} questions in {self.seconds:.1f} s: "
+            f"{self.generated_tokens / max(self.seconds, 1e-9):.1f} generated tokens/s, "
+            f"{(self.prompt_tokens + self.generated_tokens) / max(self.seconds, 1e-9):.0f} tokens/s with the prompts "
+            f"({self.prompt_tokens / max(self.questions, 1):.0f} prompt tokens a question)"
+        )
+
+
 class GenerativeReaderPredictor:
     """A generative reader placed once: `read(table)` generates for every row (batched, length-sorted), parses and
-    decodes; `finish(output_dir)` writes the last read's `generations.jsonl` and returns `unparsed_generations`."""
+    decodes; `finish(output_dir)` writes the last read's `generations.jsonl` and `generation_speed.json` and
+    returns `unparsed_generations`."""
 
     def __init__(self, fitted: FittedGenerativeReader, cfg: DictConfig, batch_size: int) -> None:
         self.fitted = fitted
         self.engine = VllmEngine(fitted) if fitted.engine == "vllm" else None
         self.batches = None if self.engine else BatchPredictor(fitted.reader, fitted.tokenizer, cfg, batch_size)
         self.generations: list[Generation] = []
+        self.speed: GenerationSpeed | None = None
 
     def generate(self, table: datasets.Dataset) -> tuple[list[str], list[float]]:
         """Every row's generated text and its probability."""
@@ -148,7 +171,11 @@ class GenerativeReaderPredictor:
         if self.engine is not None:
             return self.engine.generate(rows)
         texts, confidences = [""] * len(table), [0.0] * len(table)
+        start, generated = time.perf_counter(), 0
+        causal = fitted.reader.causal
+        prompts = sum(rows["prompt_length"]) if causal else sum(len(ids) for ids in rows["input_ids"])
         for output in self.batches.outputs(rows):
+            generated += int((output["ids"] != fitted.reader.pad_token_id).sum())
             for row, text, confidence in zip(
                 output["example_row"].tolist(),
                 fitted.reader.texts(output["ids"]),
@@ -156,6 +183,8 @@ class GenerativeReaderPredictor:
                 strict=True,
             ):
                 texts[row], confidences[row] = text, confidence
+        self.speed = GenerationSpeed(len(table), prompts, generated, round(time.perf_counter() - start, 3))
+        log.info("%s", self.speed.line())
         return texts, confidences
 
     def read(self, table: datasets.Dataset) -> list[DecodedQuestion]:
@@ -196,7 +225,10 @@ class GenerativeReaderPredictor:
         return decoded
 
     def finish(self, output_dir: Path) -> dict[str, float]:
-        """Writes `generations.jsonl` (each row's id, raw generation and parse problems, in table order)."""
+        """Writes `generations.jsonl` (each row's id, raw generation and parse problems, in table order) and, from
+        transformers' engine, `generation_speed.json`."""
+        if self.speed is not None:
+            write_json(Path(output_dir) / GENERATION_SPEED_FILE, asdict(self.speed))
         write_jsonl(
             Path(output_dir) / GENERATIONS_FILE,
             [
@@ -237,7 +269,7 @@ class VllmEngine:
         return texts, confidences
 
 
-def require_engine(engine: str, backbone: BackboneSpec) -> None:
+def require_engine(engine: str, backbone: BackboneSpec, guided_format: bool = False) -> None:
     """One line when the engine cannot run: vLLM not installed, or a backbone it cannot load."""
     check_choice("model.engine", engine, ENGINES)
     if engine != "vllm":
@@ -250,6 +282,11 @@ def require_engine(engine: str, backbone: BackboneSpec) -> None:
     if backbone.source == "random" or not backbone.causal:
         raise MusiqueModelsError(
             f"model.engine=vllm: backbone {backbone.name!r} is not a pretrained decoder-only model vLLM can load"
+        )
+    if guided_format:
+        raise MusiqueModelsError(
+            "model.engine=vllm generates without the format guide: set model.reader.guided_format=false, or "
+            "model.engine=hf"
         )
 
 
@@ -395,7 +432,7 @@ class PromptedLLM:
                 f"model=llm_prompt prompts a decoder-only model; backbone {backbone.name!r} is not one "
                 "(backbone@model.reader.backbone=tiny_llama, smollm2_360m_instruct, qwen2_5_1_5b_instruct, ...)"
             )
-        require_engine(engine, backbone)
+        require_engine(engine, backbone, bool(reader.get("guided_format", False)))
         self.name = name
         self.reader_cfg = reader
         self.shots = shots

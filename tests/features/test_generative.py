@@ -141,11 +141,11 @@ def test_a_decoder_only_input_is_the_prompt_then_the_target_and_only_the_target_
 def test_caps_clip_paragraphs_and_drop_those_past_the_source_budget(tokenizer) -> None:
     row = _row("q")
     row["paragraphs"][0]["text"] = "word " * 500
-    for causal in (False, True):
-        settings = {**SETTINGS, "max_source_tokens": 80}
+    for causal, budget in ((False, 80), (True, 130)):  # a decoder-only prompt carries the instruction
+        settings = {**SETTINGS, "max_source_tokens": budget}
         features = featurize_generative(_batch([row]), [0], tokenizer, causal=causal, **settings)
         prompt_length = features["prompt_length"][0] or len(features["input_ids"][0])
-        assert prompt_length <= 80
+        assert prompt_length <= budget
         source = tokenizer.decode(features["input_ids"][0][:prompt_length])
         heading = len(tokenizer("[0] Title 0 ||", add_special_tokens=False)["input_ids"])
         assert source.count("word") == SETTINGS["max_paragraph_tokens"] - heading  # clipped to its cap

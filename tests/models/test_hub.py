@@ -55,7 +55,7 @@ def test_offline_and_not_cached_is_one_line_with_the_backbones_of_its_kind(
     assert "\n" not in message and "HF_HUB_OFFLINE=1 is set" in message
     assert "huggingface-cli download Qwen/Qwen2.5-1.5B-Instruct" in message
     assert "(model.reader.backbone.path=/a/local/copy)" in message  # the override that points it at a copy
-    assert message.endswith("offline, use decoder-only: tiny_llama (random weights: tests)")
+    assert message.endswith("offline, use decoder-only: smollm2_135m_instruct, tiny_llama (random weights: tests)")
     encoders = offline_backbones(causal=False)
     assert encoders.startswith("encoder: minilm, minilm_long, ") and "seq2seq: minilm_bert2bert" in encoders
-    assert "tiny_llama" not in encoders
+    assert "tiny_llama" not in encoders and "smollm2" not in encoders

@@ -27,7 +27,12 @@ from musique_models.report.browse import build_page_data
 from musique_models.run_files import EXEMPLARS_FILE, GENERATIONS_FILE, METRICS_FILE, PREDICTIONS_FILE
 from tests.cli.test_score_run import compose_cfg
 
-COMMON = ["dataset.sample=true", "trainer.enable_progress_bar=false", "logger=none"]
+COMMON = [
+    "dataset.sample=true",
+    "trainer.enable_progress_bar=false",
+    "logger=none",
+    "backbone@model.reader.backbone=tiny_llama",
+]
 
 
 def _prompted_run(tmp_path: Path, overrides: list[str]) -> Path:

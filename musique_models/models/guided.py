@@ -1,0 +1,173 @@
+"""Decoding held to the target format (`answer: ... | support: 3, 7 | answerable: yes`): the guide writes the field
+labels, the model fills the fields.
+
+A small prompted LLM (SmolLM2-135M-Instruct over twenty paragraphs) rarely writes the format on its own, zero-shot or
+3-shot: it writes a sentence, and the parser can read nothing from it. `TargetFormatGuide` is a transformers
+`LogitsProcessor` that leaves the model every choice a field allows and no other:
+- `answer:` is written for it; the answer is its own free text, ended where the model would end it (its end token,
+  a newline or a `|`: their probability goes to the next label) or after `max_answer_tokens`;
+- ` | support:` is written for it; the support field takes only tokens made of digits, commas and spaces (at least
+  `min_support_tokens` of them: a small model left to itself names no paragraph), ended as the answer is or after
+  `max_support_tokens`;
+- on data with unanswerable questions, ` | answerable:` is written for it, and the field is ` yes` or ` no`;
+- then the end token.
+A forced token keeps its own score and every other token is ruled out, so the probability of a generation is that of
+the model's own choices. Greedy search and beam search both work through it.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessor, PreTrainedTokenizerFast
+
+NEG_INF = float("-inf")
+
+
+class TargetFormatGuide(LogitsProcessor):
+    """A `LogitsProcessor` holding generation to the target format (see the module docstring).
+
+    Args:
+        tokenizer: the reader's tokenizer.
+        end_token_id: the id that ends a generation.
+        prompt_width: the width of the (left-padded) prompts: generated ids start there.
+        with_answerability: the target has the `answerable` field.
+        max_answer_tokens: most tokens of the answer field.
+        max_support_tokens: most tokens of the support field.
+        min_support_tokens: fewest tokens of the support field (1: every generation names a paragraph; 0: the
+            model may name none).
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerFast,
+        end_token_id: int,
+        prompt_width: int,
+        with_answerability: bool,
+        max_answer_tokens: int = 24,
+        max_support_tokens: int = 12,
+        min_support_tokens: int = 1,
+    ) -> None:
+        self.end = end_token_id
+        self.prompt_width = prompt_width
+        self.with_answerability = with_answerability
+        self.max_answer_tokens = max_answer_tokens
+        self.max_support_tokens = max_support_tokens
+        self.min_support_tokens = min_support_tokens
+        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        self.answer_label = encode("answer:")
+        self.support_label = encode(" | support:")
+        self.answerable_label = encode(" | answerable:")
+        self.choices = [encode(" yes"), encode(" no")]
+        pieces = tokenizer.batch_decode([[token] for token in range(len(tokenizer))])
+        special = set(tokenizer.all_special_ids)
+        enders = [i for i, piece in enumerate(pieces) if i in special or "\n" in piece or "|" in piece]
+        digits = [
+            i
+            for i, piece in enumerate(pieces)
+            if i not in special and any(c.isdigit() for c in piece) and all(c.isdigit() or c in " ," for c in piece)
+        ]
+        commas = [i for i, piece in enumerate(pieces) if i not in special and piece.strip(" ") == ","]
+        self.enders = torch.tensor(sorted(set(enders) | {end_token_id}))  # holds every field's closer
+        self.digits = torch.tensor(digits)
+        self.numbers = torch.tensor(sorted(set(digits) | set(commas)))
+        for label in (self.support_label, self.answerable_label):
+            if label[0] not in set(enders):
+                raise ValueError(f"{tokenizer.name_or_path}: ' |' does not open its own token; cannot guide its format")
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """input_ids (B, P + t): the prompts and the t ids generated so far; scores (B, V): the next id's scores."""
+        guided = scores.clone()
+        for row, generated in enumerate(input_ids[:, self.prompt_width :].tolist()):
+            self._guide_row(generated, guided[row], scores[row])
+        return guided
+
+    def _guide_row(self, generated: list[int], guided: torch.Tensor, scores: torch.Tensor) -> None:
+        """Restrict one row's next-id `guided` scores (from its `scores`), given the ids it has generated so far."""
+        if self.end in generated:
+            return  # finished: generate pads it
+        step = _Reader(generated)
+        if step.force(self.answer_label, guided, scores):
+            return
+        if step.free_field(self.support_label[0], None, 0, self.max_answer_tokens, self.enders, guided, scores):
+            return
+        if step.force(self.support_label, guided, scores):
+            return
+        after_support = self.answerable_label[0] if self.with_answerability else self.end
+        least = self.min_support_tokens
+        allowed = self.digits if step.field_length() < least else self.numbers
+        if step.free_field(after_support, allowed, least, self.max_support_tokens, self.enders, guided, scores):
+            return
+        if not self.with_answerability:
+            return
+        if step.force(self.answerable_label, guided, scores):
+            return
+        step.choose(self.choices, self.end, guided, scores)
+
+
+class _Reader:
+    """Walks one row's generated ids through the format's parts, left to right."""
+
+    def __init__(self, generated: list[int]) -> None:
+        self.generated = generated
+        self.at = 0
+
+    def force(self, label: list[int], guided: torch.Tensor, scores: torch.Tensor) -> bool:
+        """Within `label` (written for the model): rule out all but its next id and return True; past it: False."""
+        done = self.generated[self.at : self.at + len(label)]
+        if len(done) < len(label):
+            _only(guided, scores, label[len(done)])
+            return True
+        self.at += len(label)
+        return False
+
+    def field_length(self) -> int:
+        """How many ids were generated since the last label."""
+        return len(self.generated) - self.at
+
+    def free_field(
+        self,
+        closer: int,
+        allowed: torch.Tensor | None,
+        min_tokens: int,
+        max_tokens: int,
+        enders: torch.Tensor,
+        guided: torch.Tensor,
+        scores: torch.Tensor,
+    ) -> bool:
+        """Within a field the model fills (ids from `allowed`, or any), closed by `closer`: restrict the next id and
+        return True; once `closer` was generated: False. The enders' probability goes to `closer` (none before
+        `min_tokens` ids); after `max_tokens` ids, only `closer` remains."""
+        rest = self.generated[self.at :]
+        if closer in rest:
+            self.at += rest.index(closer)  # the closer opens the next label, which `force` walks
+            return False
+        if len(rest) >= max_tokens:
+            _only(guided, scores, closer)
+            return True
+        closing = torch.logsumexp(scores[enders], 0)  # `closer` is one of the enders
+        if allowed is not None:
+            kept = guided[allowed].clone()
+            guided.fill_(NEG_INF)
+            guided[allowed] = kept
+        guided[enders] = NEG_INF
+        if len(rest) >= min_tokens:
+            guided[closer] = closing
+        return True
+
+    def choose(self, choices: list[list[int]], end: int, guided: torch.Tensor, scores: torch.Tensor) -> None:
+        """One of `choices` (id sequences) written in full, then `end`."""
+        rest = self.generated[self.at :]
+        for choice in choices:
+            if rest[: len(choice)] == choice[: len(rest)] and rest:
+                _only(guided, scores, choice[len(rest)] if len(rest) < len(choice) else end)
+                return
+        kept = {choice[0]: scores[choice[0]].item() for choice in choices}
+        guided.fill_(NEG_INF)
+        for token, score in kept.items():
+            guided[token] = score
+
+
+def _only(guided: torch.Tensor, scores: torch.Tensor, token: int) -> None:
+    """Rule out every id but `token`, which keeps its own score."""
+    guided.fill_(NEG_INF)
+    guided[token] = scores[token]
