@@ -22,6 +22,19 @@ from musique_models.errors import user_errors_exit  # noqa: E402
 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
 
+def discard_hydra_folder() -> None:
+    """Remove the run folder Hydra made for this command, when a stop came before the run marked its start there
+    and it holds nothing but Hydra's files (`run_files.holds_only_this_start`)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        output_dir = HydraConfig.get().runtime.output_dir
+    except Exception:  # no config composed yet: Hydra made no folder
+        return
+    if output_dir:
+        discard_unstarted_run(output_dir)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
@@ -43,5 +56,6 @@ if __name__ == "__main__":
     try:
         with user_errors_exit(config_name="train"):
             main()
-    except RunInterrupted as stop:  # while Hydra composed the config: no run folder yet
+    except RunInterrupted as stop:  # while Hydra composed the config, or made the run folder before calling main
+        discard_hydra_folder()
         raise stopped_before_start(str(stop)) from None

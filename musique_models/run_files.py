@@ -21,6 +21,7 @@ STATUS_FILE = "status.json"
 PROVENANCE_FILE = "provenance.json"
 PREDICTIONS_FILE = "predictions.jsonl"  # official MuSiQue prediction format
 METRICS_FILE = "metrics.json"
+PER_QUESTION_FILE = "metrics.per_question.jsonl"  # beside it: each question's scores (intervals, error analysis)
 LOG_FILE = "train.log"  # Hydra's job log (`hydra.job.name` is `train`)
 WANDB_ID_FILE = "wandb_run_id.txt"
 EVALUATIONS_FOLDER = "evaluations"  # `evaluate.py run=...` writes one folder per split and mode here

@@ -35,7 +35,7 @@ from musique_models.errors import (
     unknown_setting_message,
     user_error_message,
 )
-from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table
+from musique_models.evaluation.evaluator import evaluate_predictions, metrics_table, write_report
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.evaluation.predictions import write_predictions
 from musique_models.io import atomic_open, checkpoint_problem, write_json
@@ -546,7 +546,10 @@ def _run_recipe(
     metrics.update(predictor.extra_metrics)
     if predictions is not None:
         write_predictions(output_dir / PREDICTIONS_FILE, predictions)
-    write_json(output_dir / METRICS_FILE, metrics)
+    if report is not None:  # metrics.json and, for intervals and error analysis, metrics.per_question.jsonl
+        write_report(report, output_dir / METRICS_FILE)
+    else:
+        write_json(output_dir / METRICS_FILE, metrics)
     for logger in loggers:
         logger.log_metrics({f"test/{key}": value for key, value in metrics.items()})
     log_run_results(loggers, metrics, [output_dir / PREDICTIONS_FILE, output_dir / METRICS_FILE])

@@ -44,6 +44,8 @@ GENERATIVE_FEATURES = datasets.Features(
         "labels": datasets.List(datasets.Value("int32")),
         # the prompt's length: a decoder-only reader generates from input_ids[:prompt_length] (0 for seq2seq)
         "prompt_length": datasets.Value("int32"),
+        # the idx of the paragraphs read, in reading order: the numbers a support may name
+        "read_idxs": datasets.List(datasets.Value("int32")),
         "example_row": datasets.Value("int32"),
     }
 )
@@ -261,7 +263,7 @@ def featurize_generative(
     exemplars: Sequence[dict] = (),
 ) -> dict[str, Any]:
     """Batched `datasets.map` function over schema rows (with `selected_idxs` when a selector chose what is read):
-    `input_ids`, `labels`, `prompt_length` and `example_row`.
+    `input_ids`, `labels`, `prompt_length`, `read_idxs` (the idx of the paragraphs read) and `example_row`.
 
     Seq2seq (`causal` false): `input_ids` is the source (`question: Q context: [i] ... [j] ...`, the tokenizer's
     special tokens on top), `labels` the target between the decoder's start token and the end token. Decoder-only:
@@ -308,6 +310,7 @@ def featurize_generative(
             columns["input_ids"].append(source)
             columns["labels"].append([decoder_start, *target_ids])
             columns["prompt_length"].append(0)
+        columns["read_idxs"].append([paragraph["idx"] for paragraph in read])
         columns["example_row"].append(row)
     return columns
 

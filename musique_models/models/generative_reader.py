@@ -174,6 +174,12 @@ class GenerativeReader(QAModule):
         settings: dict[str, Any] = {"early_stopping": True, "length_penalty": 0.0} if self.num_beams > 1 else {}
         if self.guide is not None:
             self.guide.prompt_width = input_ids.shape[1]
+            read = batch.get("read_idxs")
+            self.guide.valid_idxs = (
+                None
+                if read is None
+                else [{str(idx) for idx in row.tolist() if idx >= 0} for row in read for _ in range(self.num_beams)]
+            )
             settings["logits_processor"] = LogitsProcessorList([self.guide])
         output = self.model.generate(
             input_ids=input_ids,

@@ -6,8 +6,9 @@ A small prompted LLM (SmolLM2-135M-Instruct over twenty paragraphs) rarely write
 `LogitsProcessor` that leaves the model every choice a field allows and no other:
 - `answer:` is written for it; the answer is its own free text, ended where the model would end it (its end token,
   a newline or a `|`: their probability goes to the next label) or after `max_answer_tokens`;
-- ` | support:` is written for it; the support field takes only tokens made of digits, commas and spaces (at least
-  `min_support_tokens` of them: a small model left to itself names no paragraph), ended as the answer is or after
+- ` | support:` is written for it; the support field takes only tokens made of digits, commas and spaces that keep
+  it a list of the question's paragraph numbers (`valid_idxs`: those it read), at least `min_support` of them (a
+  small model left to itself names no paragraph), ended as the answer is once its last number is whole, or after
   `max_support_tokens`;
 - on data with unanswerable questions, ` | answerable:` is written for it, and the field is ` yes` or ` no`;
 - then the end token.
@@ -16,6 +17,8 @@ the model's own choices. Greedy search and beam search both work through it.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 from transformers import LogitsProcessor, PreTrainedTokenizerFast
@@ -33,7 +36,7 @@ class TargetFormatGuide(LogitsProcessor):
         with_answerability: the target has the `answerable` field.
         max_answer_tokens: most tokens of the answer field.
         max_support_tokens: most tokens of the support field.
-        min_support_tokens: fewest tokens of the support field (1: every generation names a paragraph; 0: the
+        min_support: fewest paragraph numbers in the support field (1: every generation names a paragraph; 0: the
             model may name none).
     """
 
@@ -45,14 +48,16 @@ class TargetFormatGuide(LogitsProcessor):
         with_answerability: bool,
         max_answer_tokens: int = 24,
         max_support_tokens: int = 12,
-        min_support_tokens: int = 1,
+        min_support: int = 1,
     ) -> None:
         self.end = end_token_id
         self.prompt_width = prompt_width
         self.with_answerability = with_answerability
         self.max_answer_tokens = max_answer_tokens
         self.max_support_tokens = max_support_tokens
-        self.min_support_tokens = min_support_tokens
+        self.min_support = min_support
+        # each generating row's paragraph numbers (beams: each beam a row); None: any number
+        self.valid_idxs: list[set[str] | None] | None = None
         encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
         self.answer_label = encode("answer:")
         self.support_label = encode(" | support:")
@@ -61,15 +66,16 @@ class TargetFormatGuide(LogitsProcessor):
         pieces = tokenizer.batch_decode([[token] for token in range(len(tokenizer))])
         special = set(tokenizer.all_special_ids)
         enders = [i for i, piece in enumerate(pieces) if i in special or "\n" in piece or "|" in piece]
-        digits = [
-            i
-            for i, piece in enumerate(pieces)
-            if i not in special and any(c.isdigit() for c in piece) and all(c.isdigit() or c in " ," for c in piece)
-        ]
-        commas = [i for i, piece in enumerate(pieces) if i not in special and piece.strip(" ") == ","]
         self.enders = torch.tensor(sorted(set(enders) | {end_token_id}))  # holds every field's closer
-        self.digits = torch.tensor(digits)
-        self.numbers = torch.tensor(sorted(set(digits) | set(commas)))
+        # the support field's tokens: digits, commas and spaces alone
+        self.number_pieces = {
+            i: piece
+            for i, piece in enumerate(pieces)
+            if i not in special and piece and set(piece) <= set(_SUPPORT_CHARS)
+        }
+        # how decoded pieces join: byte-level BPE (Llama, Qwen, SmolLM) writes them as they are, WordPiece with spaces
+        one, seven = encode("1")[-1], encode("7")[-1]
+        self.joiner = "" if tokenizer.decode([one, seven]).strip() == "17" else " "
         for label in (self.support_label, self.answerable_label):
             if label[0] not in set(enders):
                 raise ValueError(f"{tokenizer.name_or_path}: ' |' does not open its own token; cannot guide its format")
@@ -78,30 +84,64 @@ class TargetFormatGuide(LogitsProcessor):
         """input_ids (B, P + t): the prompts and the t ids generated so far; scores (B, V): the next id's scores."""
         guided = scores.clone()
         for row, generated in enumerate(input_ids[:, self.prompt_width :].tolist()):
-            self._guide_row(generated, guided[row], scores[row])
+            valid = self.valid_idxs[row] if self.valid_idxs is not None else None
+            self._guide_row(generated, valid, guided[row], scores[row])
         return guided
 
-    def _guide_row(self, generated: list[int], guided: torch.Tensor, scores: torch.Tensor) -> None:
-        """Restrict one row's next-id `guided` scores (from its `scores`), given the ids it has generated so far."""
+    def _guide_row(
+        self, generated: list[int], valid: set[str] | None, guided: torch.Tensor, scores: torch.Tensor
+    ) -> None:
+        """Restrict one row's next-id `guided` scores (from its `scores`), given the ids it has generated so far and
+        its paragraph numbers `valid`."""
         if self.end in generated:
             return  # finished: generate pads it
         step = _Reader(generated)
         if step.force(self.answer_label, guided, scores):
             return
-        if step.free_field(self.support_label[0], None, 0, self.max_answer_tokens, self.enders, guided, scores):
+        if step.free_field(self.support_label[0], None, True, self.max_answer_tokens, self.enders, guided, scores):
             return
         if step.force(self.support_label, guided, scores):
             return
         after_support = self.answerable_label[0] if self.with_answerability else self.end
-        least = self.min_support_tokens
-        allowed = self.digits if step.field_length() < least else self.numbers
-        if step.free_field(after_support, allowed, least, self.max_support_tokens, self.enders, guided, scores):
+        written = self.joiner.join(self.number_pieces.get(token, "") for token in step.field())
+        allowed, closable = self._support_choices(written, valid)
+        if step.free_field(after_support, allowed, closable, self.max_support_tokens, self.enders, guided, scores):
             return
         if not self.with_answerability:
             return
         if step.force(self.answerable_label, guided, scores):
             return
         step.choose(self.choices, self.end, guided, scores)
+
+    def _support_choices(self, written: str, valid: set[str] | None) -> tuple[torch.Tensor, bool]:
+        """The ids that keep the support field `written` so far a list of the row's paragraph numbers (`valid`;
+        None: any numbers), and whether it may close now (its last number whole, at least `min_support` of them)."""
+        glue = self.joiner if written else ""
+        allowed = [
+            token
+            for token, piece in self.number_pieces.items()
+            if _readable(written + glue + piece, valid, unfinished=not self.joiner)
+        ]
+        items = [item for item in re.split(r"[ ,]+", written) if item]
+        last_whole = not written or not written[-1].isdigit() or valid is None or items[-1] in valid
+        return torch.tensor(allowed, dtype=torch.long), last_whole and len(items) >= self.min_support
+
+
+_SUPPORT_CHARS = "0123456789 ,"
+
+
+def _readable(text: str, valid: set[str] | None, unfinished: bool) -> bool:
+    """Whether `text` reads as paragraph numbers from `valid` (None: any), its last one perhaps `unfinished` (where
+    the next piece joins it: byte-level BPE): a number first, and no comma after a comma (separators alone would
+    fill the field with nothing)."""
+    compact = text.replace(" ", "")
+    if not any(character.isdigit() for character in text) or compact.startswith(",") or ",," in compact:
+        return False
+    if valid is None:
+        return True
+    *whole, last = re.split(r"[ ,]+", text)
+    last_ok = not last or last in valid or (unfinished and any(idx.startswith(last) for idx in valid))
+    return all(item in valid for item in whole if item) and last_ok
 
 
 class _Reader:
@@ -120,23 +160,23 @@ class _Reader:
         self.at += len(label)
         return False
 
-    def field_length(self) -> int:
-        """How many ids were generated since the last label."""
-        return len(self.generated) - self.at
+    def field(self) -> list[int]:
+        """The ids generated since the last label."""
+        return self.generated[self.at :]
 
     def free_field(
         self,
         closer: int,
         allowed: torch.Tensor | None,
-        min_tokens: int,
+        closable: bool,
         max_tokens: int,
         enders: torch.Tensor,
         guided: torch.Tensor,
         scores: torch.Tensor,
     ) -> bool:
         """Within a field the model fills (ids from `allowed`, or any), closed by `closer`: restrict the next id and
-        return True; once `closer` was generated: False. The enders' probability goes to `closer` (none before
-        `min_tokens` ids); after `max_tokens` ids, only `closer` remains."""
+        return True; once `closer` was generated: False. The enders' probability goes to `closer` (when the field is
+        `closable`); after `max_tokens` ids, only `closer` remains."""
         rest = self.generated[self.at :]
         if closer in rest:
             self.at += rest.index(closer)  # the closer opens the next label, which `force` walks
@@ -144,13 +184,15 @@ class _Reader:
         if len(rest) >= max_tokens:
             _only(guided, scores, closer)
             return True
+        if allowed is not None and len(allowed) == 0:
+            closable = True  # nothing can go on: close rather than rule out every id
         closing = torch.logsumexp(scores[enders], 0)  # `closer` is one of the enders
         if allowed is not None:
             kept = guided[allowed].clone()
             guided.fill_(NEG_INF)
             guided[allowed] = kept
         guided[enders] = NEG_INF
-        if len(rest) >= min_tokens:
+        if closable:
             guided[closer] = closing
         return True
 

@@ -27,6 +27,7 @@ PAD_VALUES = {
     "marker_paragraph_idx": -1,
     "support_labels": 0.0,
     "labels": -100,  # decoder targets: -100 is ignored by the loss
+    "read_idxs": -1,  # a generative reader's paragraphs read (features/generative.py)
     # Beam Retrieval's questions (features/beam.py): every paragraph's tokens, lengths and idx; the gold chain
     "candidate_tokens": None,
     "candidate_lengths": 0,

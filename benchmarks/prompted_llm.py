@@ -1,0 +1,183 @@
+"""A prompted LLM on real held-out questions, side by side: `model=llm_prompt` (by default the offline
+SmolLM2-135M-Instruct) zero-shot and k-shot, over all paragraphs and over a trained selector's top K, on the shipped
+dev samples of each dataset, with the chance baseline beside it.
+
+Each cell is one `train.py` run (in-process, as `train.py` would run it) on `--questions` dev questions (`eval_size`:
+a seeded subset that keeps the hop mix), its k-shot exemplars drawn from the training sample. Per cell: answer F1
+(An) and support F1 (Sp) with 95% percentile-bootstrap intervals over the questions
+(`musique_models.evaluation.intervals`), on MuSiQue-Full also Sf, An+Sf and Sp+Sf; the share of generations the
+parser could not read in full; generated tokens per second and all tokens (prompts too) per second; wall time.
+Chance: the support F1 of naming as many paragraphs as the gold support, drawn at random (seed 0), on the same
+questions; its answer F1 is 0. Q-only (the paper's question-only artifact baseline) is given by `--q-only`: it
+trains `model=q_only` on the training sample and scores the same questions.
+
+    python benchmarks/prompted_llm.py [--datasets musique_ans,hotpotqa_20k,2wiki_20k] [--shots 0,3] [--questions 100]
+        [--selector musique_ans=RUN/selector/checkpoints/best.ckpt] [--top-k 5] [--q-only] [--out DIR] [-- OVERRIDES]
+
+Results go to `--out` (default `logs/prompted_llm/<time>`): each cell's run folder and `results.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import time
+from datetime import datetime
+from pathlib import Path
+
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.utils import instantiate  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from musique_models import PROJECT_ROOT  # noqa: E402
+from musique_models.cli.train import train  # noqa: E402
+from musique_models.evaluation.intervals import bootstrap_interval  # noqa: E402
+from musique_models.evaluation.metrics import support_scores  # noqa: E402
+from musique_models.io import write_json  # noqa: E402
+from musique_models.run_files import CONFIG_FILE, GENERATION_SPEED_FILE, METRICS_FILE, PER_QUESTION_FILE  # noqa: E402
+
+PAIRED_METRICS = ("sufficiency_f1", "group_answer_sufficiency_f1", "group_support_sufficiency_f1")
+
+
+def run_cell(dataset: str, model: list[str], questions: int, out: Path, extra: list[str]) -> Path:
+    """One `train.py` run of `model` overrides on `questions` dev questions of `dataset`'s sample; its folder."""
+    run_dir = out / "-".join([dataset, *(item.split("=")[-1].replace("/", "_")[-24:] for item in model)])
+    overrides = [
+        *model,
+        f"dataset={dataset}",
+        "dataset.sample=true",
+        f"eval_size={questions}",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        f"paths.output_dir={run_dir}",
+        *extra,
+    ]
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    train(cfg)
+    return run_dir
+
+
+def paragraph_counts_of(run_dir: Path) -> dict[str, int]:
+    """Each evaluated question's paragraph count, from the run's dataset and split."""
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+    evaluation = instantiate(cfg.dataset).load(cfg.eval_split)
+    return dict(zip(evaluation["id"], (len(p) for p in evaluation["paragraphs"]), strict=True))
+
+
+def cell_figures(run_dir: Path, wall_s: float, paragraph_counts: dict[str, int] | None = None) -> dict:
+    """A finished cell's figures: metrics with intervals, the chance support F1 on its questions, the unparsed share,
+    speed, wall time."""
+    metrics = json.loads((run_dir / METRICS_FILE).read_text())
+    rows = [json.loads(line) for line in (run_dir / PER_QUESTION_FILE).read_text().splitlines()]
+    answered = [row for row in rows if "answer" in row["counts_toward"]]
+    paragraph_counts = paragraph_counts or paragraph_counts_of(run_dir)
+    figures = {
+        "questions": len(rows),
+        "answer_f1": bootstrap_interval([row["answer_f1"] for row in answered]).__dict__,
+        "support_f1": bootstrap_interval([row["support_f1"] for row in answered]).__dict__,
+        "chance_support_f1": chance_support_f1(answered, paragraph_counts),
+        **{name: metrics[name] for name in PAIRED_METRICS if name in metrics},
+        "unparsed_share": metrics.get("unparsed_generations", 0.0) / max(len(rows), 1),
+        "wall_s": round(wall_s, 1),
+    }
+    speed_file = run_dir / GENERATION_SPEED_FILE
+    if speed_file.exists():
+        speed = json.loads(speed_file.read_text())
+        figures["generated_tokens_per_s"] = round(speed["generated_tokens"] / speed["seconds"], 2)
+        figures["tokens_per_s"] = round((speed["prompt_tokens"] + speed["generated_tokens"]) / speed["seconds"], 1)
+        figures["prompt_tokens_per_question"] = round(speed["prompt_tokens"] / speed["questions"])
+    return figures
+
+
+def chance_support_f1(rows: list[dict], paragraph_counts: dict[str, int], seed: int = 0) -> float:
+    """The mean support F1 of naming as many paragraphs as the gold support, drawn at random from the question's
+    paragraphs (idx 0 .. count - 1)."""
+    draw = random.Random(seed)
+    scores = []
+    for row in rows:
+        gold = row["gold_support_idxs"]
+        paragraphs = paragraph_counts[row["id"]]
+        guess = draw.sample(range(paragraphs), min(len(gold), paragraphs))
+        scores.append(support_scores(guess, gold).f1)
+    return sum(scores) / max(len(scores), 1)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", default="musique_ans,hotpotqa_20k,2wiki_20k")
+    parser.add_argument("--shots", default="0,3")
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--selector", action="append", default=[], help="DATASET=PATH of a trained selector")
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--q-only", action="store_true", help="train model=q_only on each sample beside")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell (after --)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    out = args.out or PROJECT_ROOT / "logs" / "prompted_llm" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    selectors = dict(item.split("=", 1) for item in args.selector)
+    results = []
+    for dataset in args.datasets.split(","):
+        contexts = [("all paragraphs", [])]
+        if dataset in selectors:
+            contexts.append(
+                (
+                    f"selector top {args.top_k}",
+                    [f"model.selector_checkpoint={selectors[dataset]}", f"model.top_k={args.top_k}"],
+                )
+            )
+        cells = [
+            (f"{shots}-shot, {context}", ["model=llm_prompt", f"model.shots={shots}", *settings])
+            for shots in (int(value) for value in args.shots.split(","))
+            for context, settings in contexts
+        ]
+        if args.q_only:
+            cells.append(("Q-only (trained on the sample)", ["model=q_only"]))
+        for name, model in cells:
+            start = time.perf_counter()
+            run_dir = run_cell(dataset, model, args.questions, out, args.overrides)
+            results.append(
+                {
+                    "dataset": dataset,
+                    "cell": name,
+                    "run": str(run_dir),
+                    **cell_figures(run_dir, time.perf_counter() - start),
+                }
+            )
+            write_json(out / "results.json", results)
+
+    table = Table(
+        title=f"Prompted LLM on {args.questions} dev questions of each shipped sample (95% bootstrap intervals)"
+    )
+    for column in ("dataset", "cell", "An", "Sp", "chance Sp", "unparsed", "gen tok/s", "tok/s", "wall"):
+        table.add_column(column)
+    for row in results:
+        an, sp = row["answer_f1"], row["support_f1"]
+        table.add_row(
+            row["dataset"],
+            row["cell"],
+            f"{an['mean'] * 100:.1f} [{an['low'] * 100:.1f}, {an['high'] * 100:.1f}]",
+            f"{sp['mean'] * 100:.1f} [{sp['low'] * 100:.1f}, {sp['high'] * 100:.1f}]",
+            f"{row['chance_support_f1'] * 100:.1f}",
+            f"{row['unparsed_share'] * 100:.0f}%",
+            str(row.get("generated_tokens_per_s", "")),
+            str(row.get("tokens_per_s", "")),
+            f"{row['wall_s']:.0f} s",
+        )
+    Console(width=200).print(table)
+    print(f"results: {out / 'results.json'}")
+    return {"results": results}
+
+
+if __name__ == "__main__":
+    main()

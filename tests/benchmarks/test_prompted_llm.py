@@ -1,0 +1,52 @@
+"""benchmarks/prompted_llm.py: its chance baseline is the expected support F1 of a random guess, and a cell's
+figures are read from the run folder (intervals around the run's own means, the unparsed share)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from musique_models import PROJECT_ROOT
+
+spec = importlib.util.spec_from_file_location("prompted_llm", PROJECT_ROOT / "benchmarks" / "prompted_llm.py")
+prompted = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(prompted)
+
+
+def test_chance_support_f1_is_the_expected_f1_of_a_random_guess() -> None:
+    # two gold paragraphs of 20, two guessed: expected hits 2 * 2/20, so F1 = hits / 2 = 0.1 on average
+    rows = [{"id": str(row), "gold_support_idxs": [3, 9], "predicted_support_idxs": []} for row in range(4000)]
+    assert prompted.chance_support_f1(rows, {str(row): 20 for row in range(4000)}) == pytest.approx(0.1, abs=0.01)
+    # all paragraphs gold: any guess is right
+    rows = [{"id": "a", "gold_support_idxs": [0, 1], "predicted_support_idxs": []}]
+    assert prompted.chance_support_f1(rows, {"a": 2}) == 1.0
+
+
+def test_a_cells_figures_come_from_its_run_folder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [
+        {
+            "id": f"q{n}",
+            "answer_f1": float(n % 2),
+            "support_f1": 0.5,
+            "counts_toward": ["answer", "support"],
+            "gold_support_idxs": [0, 1],
+            "predicted_support_idxs": [0],
+        }
+        for n in range(10)
+    ]
+    (run / "metrics.per_question.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (run / "metrics.json").write_text(json.dumps({"answer_f1": 0.5, "unparsed_generations": 2.0}))
+    (run / "generation_speed.json").write_text(
+        json.dumps({"questions": 10, "prompt_tokens": 1000, "generated_tokens": 50, "seconds": 5.0})
+    )
+    counts = {f"q{n}": 20 for n in range(10)}
+    figures = prompted.cell_figures(run, 12.0, paragraph_counts=counts)
+    assert figures["answer_f1"]["mean"] == 0.5 and figures["answer_f1"]["low"] < 0.5 < figures["answer_f1"]["high"]
+    assert figures["support_f1"]["low"] == figures["support_f1"]["high"] == 0.5
+    assert figures["unparsed_share"] == 0.2 and figures["generated_tokens_per_s"] == 10.0
+    assert figures["tokens_per_s"] == 210.0 and figures["prompt_tokens_per_question"] == 100
