@@ -80,6 +80,25 @@ def trained_reader(backbone, tokenizer, train_rows, settings: dict, steps: int) 
     return reader.eval()
 
 
+def bare_generate_seconds(reader: GenerativeReader, batches: list[dict], max_new_tokens: int) -> float:
+    """Seconds of greedy `model.generate` over `batches` (collated as the reader collated them), nothing around it."""
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for batch in batches:
+            if reader.causal:
+                input_ids, attention_mask = left_padded(batch["input_ids"], batch["prompt_length"], reader.pad_token_id)
+            else:
+                input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+            reader.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+            )
+    return time.perf_counter() - start
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=96)
@@ -123,31 +142,10 @@ def main(argv: list[str] | None = None) -> dict:
     (batches,) = batched.batches.recorded
 
     # (b) bare generate over the very same batches
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for batch in batches:
-            if reader.causal:
-                input_ids, attention_mask = left_padded(batch["input_ids"], batch["prompt_length"], reader.pad_token_id)
-            else:
-                input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-            reader.model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=64, do_sample=False, num_beams=1
-            )
-    bare_s = time.perf_counter() - start
-
+    bare_s = bare_generate_seconds(reader, batches, max_new_tokens=64)
     # (b') the prompts alone over the same batches (one token generated): the share of (b) that batching cannot cut,
     # as reading a prompt is compute-bound at any batch size
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for batch in batches:
-            if reader.causal:
-                input_ids, attention_mask = left_padded(batch["input_ids"], batch["prompt_length"], reader.pad_token_id)
-            else:
-                input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-            reader.model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=1, do_sample=False, num_beams=1
-            )
-    prompts_s = time.perf_counter() - start
+    prompts_s = bare_generate_seconds(reader, batches, max_new_tokens=1)
 
     # (c) one question at a time, the same path
     single = fitted.predictor(cfg, 1)
