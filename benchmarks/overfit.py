@@ -244,8 +244,6 @@ OWN_BACKBONE = {
     "select_generate": "answerer",
     "generative_reader": "reader",
     "generative_reader_lora": "reader",
-    "generative_reader_smollm2_lora": "reader",
-    "generative_reader_smollm2_full": "reader",
 }
 
 

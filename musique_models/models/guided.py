@@ -103,8 +103,10 @@ class TargetFormatGuide(LogitsProcessor):
         if step.force(self.support_label, guided, scores):
             return
         after_support = self.answerable_label[0] if self.with_answerability else self.end
-        written = self.joiner.join(self.number_pieces.get(token, "") for token in step.field())
-        allowed, closable = self._support_choices(written, valid)
+        allowed, closable = None, True  # the support field is closed: its choices are not needed
+        if after_support not in step.field():
+            written = self.joiner.join(self.number_pieces.get(token, "") for token in step.field())
+            allowed, closable = self._support_choices(written, valid)
         if step.free_field(after_support, allowed, closable, self.max_support_tokens, self.enders, guided, scores):
             return
         if not self.with_answerability:
