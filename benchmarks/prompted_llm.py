@@ -3,16 +3,20 @@ SmolLM2-135M-Instruct) zero-shot and k-shot, over all paragraphs and over a trai
 dev samples of each dataset, with the chance baseline beside it.
 
 Each cell is one `train.py` run (in-process, as `train.py` would run it) on `--questions` dev questions (`eval_size`:
-a seeded subset that keeps the hop mix), its k-shot exemplars drawn from the training sample. Per cell: answer F1
-(An) and support F1 (Sp) with 95% percentile-bootstrap intervals over the questions
+a seeded subset that keeps the hop mix), its k-shot exemplars drawn from the training sample (`--shots ''`: no
+prompted cell). Per cell: answer F1 (An) and support F1 (Sp) with 95% percentile-bootstrap intervals over the questions
 (`musique_models.evaluation.intervals`), on MuSiQue-Full also Sf, An+Sf and Sp+Sf; the share of generations the
 parser could not read in full; generated tokens per second and all tokens (prompts too) per second; wall time.
 Chance: the support F1 of naming as many paragraphs as the gold support, drawn at random (seed 0), on the same
 questions; its answer F1 is 0. Q-only (the paper's question-only artifact baseline) is given by `--q-only`: it
-trains `model=q_only` on the training sample and scores the same questions.
+trains `model=q_only` on the training sample and scores the same questions. `--finetune lora` (or `full`) adds the
+generative reader (`model=generative_reader`, the same backbone) fine-tuned on the training sample with its default
+settings and scored on the same questions, and the paired difference (fine-tuned minus each prompted cell, per
+question, with its 95% paired-bootstrap interval) of its answer and support F1.
 
     python benchmarks/prompted_llm.py [--datasets musique_ans,hotpotqa_20k,2wiki_20k] [--shots 0,3] [--questions 100]
-        [--selector musique_ans=RUN/selector/checkpoints/best.ckpt] [--top-k 5] [--q-only] [--out DIR] [-- OVERRIDES]
+        [--selector musique_ans=RUN/selector/checkpoints/best.ckpt] [--top-k 5] [--contexts all,selector] [--q-only]
+        [--finetune lora] [--out DIR] [-- OVERRIDES]
 
 Results go to `--out` (default `logs/prompted_llm/<time>`): each cell's run folder and `results.json`.
 """
@@ -40,7 +44,7 @@ from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
 from musique_models.cli.train import train  # noqa: E402
-from musique_models.evaluation.intervals import bootstrap_interval  # noqa: E402
+from musique_models.evaluation.intervals import bootstrap_interval, paired_difference  # noqa: E402
 from musique_models.evaluation.metrics import support_scores  # noqa: E402
 from musique_models.io import write_json  # noqa: E402
 from musique_models.run_files import CONFIG_FILE, GENERATION_SPEED_FILE, METRICS_FILE, PER_QUESTION_FILE  # noqa: E402
@@ -112,6 +116,27 @@ def chance_support_f1(rows: list[dict], paragraph_counts: dict[str, int], seed: 
     return sum(scores) / max(len(scores), 1)
 
 
+def per_question_scores(run_dir: Path) -> dict[str, dict]:
+    """A finished cell's per-question rows that count toward the answer metrics, by question id."""
+    rows = [json.loads(line) for line in (run_dir / PER_QUESTION_FILE).read_text().splitlines()]
+    return {row["id"]: row for row in rows if "answer" in row["counts_toward"]}
+
+
+def paired_figures(first: Path, second: Path) -> dict:
+    """`first` minus `second` on the questions both scored: answer and support F1, each with its paired interval."""
+    first_rows, second_rows = per_question_scores(first), per_question_scores(second)
+    shared = sorted(first_rows.keys() & second_rows.keys())
+    return {
+        "questions": len(shared),
+        **{
+            metric: paired_difference(
+                [first_rows[qid][metric] for qid in shared], [second_rows[qid][metric] for qid in shared]
+            ).__dict__
+            for metric in ("answer_f1", "support_f1")
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", default="musique_ans,hotpotqa_20k,2wiki_20k")
@@ -119,17 +144,23 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--selector", action="append", default=[], help="DATASET=PATH of a trained selector")
     parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument(
+        "--contexts", default="all,selector", help="what the prompted cells read: all paragraphs, a selector's top K"
+    )
     parser.add_argument("--q-only", action="store_true", help="train model=q_only on each sample beside")
+    parser.add_argument(
+        "--finetune", choices=("lora", "full"), help="add the generative reader fine-tuned on each training sample"
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell (after --)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     out = args.out or PROJECT_ROOT / "logs" / "prompted_llm" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     selectors = dict(item.split("=", 1) for item in args.selector)
-    results = []
+    results, paired = [], []
     for dataset in args.datasets.split(","):
-        contexts = [("all paragraphs", [])]
-        if dataset in selectors:
+        contexts = [("all paragraphs", [])] if "all" in args.contexts.split(",") else []
+        if dataset in selectors and "selector" in args.contexts.split(","):
             contexts.append(
                 (
                     f"selector top {args.top_k}",
@@ -138,9 +169,17 @@ def main(argv: list[str] | None = None) -> dict:
             )
         cells = [
             (f"{shots}-shot, {context}", ["model=llm_prompt", f"model.shots={shots}", *settings])
-            for shots in (int(value) for value in args.shots.split(","))
+            for shots in (int(value) for value in args.shots.split(",") if value)
             for context, settings in contexts
         ]
+        prompted = len(cells)
+        if args.finetune:
+            cells.append(
+                (
+                    f"{args.finetune} fine-tuned on the training sample",
+                    ["model=generative_reader", f"model.reader.finetune={args.finetune}"],
+                )
+            )
         if args.q_only:
             cells.append(("Q-only (trained on the sample)", ["model=q_only"]))
         for name, model in cells:
@@ -155,6 +194,18 @@ def main(argv: list[str] | None = None) -> dict:
                 }
             )
             write_json(out / "results.json", results)
+        if args.finetune:
+            finetuned = results[-len(cells) + prompted]
+            for cell in results[-len(cells) : -len(cells) + prompted]:
+                paired.append(
+                    {
+                        "dataset": dataset,
+                        "first": finetuned["cell"],
+                        "second": cell["cell"],
+                        **paired_figures(Path(finetuned["run"]), Path(cell["run"])),
+                    }
+                )
+            write_json(out / "paired.json", paired)
 
     table = Table(
         title=f"Prompted LLM on {args.questions} dev questions of each shipped sample (95% bootstrap intervals)"
@@ -174,9 +225,26 @@ def main(argv: list[str] | None = None) -> dict:
             str(row.get("tokens_per_s", "")),
             f"{row['wall_s']:.0f} s",
         )
-    Console(width=200).print(table)
+    console = Console(width=200)
+    console.print(table)
+    if paired:
+        differences = Table(title="Fine-tuned minus prompted, on the same questions (95% paired bootstrap intervals)")
+        for column in ("dataset", "fine-tuned", "minus", "questions", "An difference", "Sp difference"):
+            differences.add_column(column)
+        for row in paired:
+            differences.add_row(
+                row["dataset"],
+                row["first"],
+                row["second"],
+                str(row["questions"]),
+                *(
+                    f"{row[metric]['mean'] * 100:+.1f} [{row[metric]['low'] * 100:+.1f}, {row[metric]['high'] * 100:+.1f}]"
+                    for metric in ("answer_f1", "support_f1")
+                ),
+            )
+        console.print(differences)
     print(f"results: {out / 'results.json'}")
-    return {"results": results}
+    return {"results": results, "paired": paired}
 
 
 if __name__ == "__main__":

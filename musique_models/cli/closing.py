@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from musique_models import PROJECT_ROOT
-from musique_models.run_files import RANKING_FILE
+from musique_models.run_files import PER_QUESTION_FILE, RANKING_FILE
 
 # Under this many questions a recall beside chance is not said to be above it or not.
 FEW_QUESTIONS = 30
@@ -46,11 +46,18 @@ def sample_run_lines(cfg: Any, run_dir: Path, train_questions: int, eval_questio
     run = shlex.quote(str(run_dir))
     python = shlex.quote(sys.executable)  # this run's interpreter: the commands work where no environment is active
     evaluate = shlex.quote(str(PROJECT_ROOT / "evaluate.py"))
-    lines = [
-        f"This run is a pipeline check on the shipped {cfg.dataset.name} sample ({train_questions} training "
-        f"questions, {eval_questions} {cfg.eval_split} questions scored): figures this small show that the pipeline "
-        "runs end to end, not how good the model is (the paper trains on about 20,000 questions).",
-    ]
+    if any(run_dir.glob("*/stage.json")):  # a stage was trained
+        lines = [
+            f"This run is a pipeline check on the shipped {cfg.dataset.name} sample ({train_questions} training "
+            f"questions, {eval_questions} {cfg.eval_split} questions scored): figures this small show that the "
+            "pipeline runs end to end, not how good the model is (the paper trains on about 20,000 questions).",
+        ]
+    else:
+        lines = [
+            f"Nothing was trained: the model answered {eval_questions} {cfg.eval_split} questions of the shipped "
+            f"{cfg.dataset.name} sample as it is; on so few questions a figure can move by several points (see "
+            f"{PER_QUESTION_FILE} for each question's scores).",
+        ]
     ranking = ranking_against_chance(run_dir)
     if ranking is not None:
         lines.append(ranking[0].upper() + ranking[1:] + ".")

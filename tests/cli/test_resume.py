@@ -345,3 +345,42 @@ def test_a_damaged_resume_point_or_best_checkpoint_is_said_and_trained_again(
     assert "set aside as last.ckpt.damaged and the stage starts afresh" in log
     assert (best.parent / "best.ckpt.damaged").exists() and (point.parent / "last.ckpt.damaged").exists()
     _assert_same_outputs(run_dir, uninterrupted)
+
+
+def test_ctrl_c_during_lora_fine_tuning_resumes_to_the_uninterrupted_predictions(tmp_path: Path) -> None:
+    """The generative reader with LoRA adapters (a tiny random Llama): a SIGINT in its second epoch writes a resume
+    point holding the adapters and their optimiser state, and the resumed run generates exactly what an
+    uninterrupted run generates."""
+    lora = [
+        "train.py",
+        "model=generative_reader",
+        "backbone@model.reader.backbone=tiny_llama",
+        "model.reader.finetune=lora",
+        "model.reader.lr=1e-3",
+        "model.reader.max_epochs=2",
+        "model.reader.micro_batch_size=2",
+        "model.reader.max_paragraph_tokens=16",
+        "dataset.sample=true",
+        "dataset.train_size=8",
+        "eval_size=4",
+        "trainer.enable_progress_bar=false",
+        f"paths.cache_dir={tmp_path}/cache",
+    ]
+    full = run_python([*lora, f"hydra.run.dir={tmp_path}/full"], as_a_job=True)
+    assert full.returncode == 0, full.stderr[-3000:]
+    per_epoch = json.loads((tmp_path / "full/reader/stage.json").read_text())["global_step"] // 2
+    stopped_dir = tmp_path / "stopped"
+    stopped = run_python(
+        [*lora, f"hydra.run.dir={stopped_dir}", *_signal_at("ctrl_c", per_epoch + 1, "reader", "SIGINT")],
+        as_a_job=True,
+    )
+    assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr[-3000:]
+    point = torch.load(stopped_dir / "reader/checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    assert point["global_step"] == per_epoch + 2
+    # the resume point holds the adapters (not only the frozen base weights) and their optimiser state
+    adapters = [name for name in point["state_dict"] if "lora_" in name]
+    assert adapters and len(point["optimizer_states"][0]["state"]) == len(adapters)
+    resumed = run_python([*lora, f"hydra.run.dir={stopped_dir}", "ckpt_path=last"], as_a_job=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "stage reader resumes from" in resumed.stderr + resumed.stdout
+    _assert_same_outputs(stopped_dir, tmp_path / "full")

@@ -94,6 +94,12 @@ def test_a_sample_run_ends_with_what_it_is_its_ranking_against_chance_and_what_c
     assert ranking_against_chance(tmp_path).endswith("(6 questions are too few to tell)")
     ranking_file.write_text(json.dumps({"top_k": 5, "rankings": rankings, "metrics": {"recall_at_5": 0.35}}))
     cfg = OmegaConf.create({"dataset": {"name": "musique_ans"}, "eval_split": "dev"})
+    # a run that trained nothing (a prompted LLM) is not called a pipeline check of training
+    assert sample_run_lines(cfg, tmp_path, 100, 200)[0].startswith(
+        "Nothing was trained: the model answered 200 dev questions of the shipped musique_ans sample as it is"
+    )
+    (tmp_path / "selector").mkdir()
+    (tmp_path / "selector" / "stage.json").write_text("{}")
     lines = sample_run_lines(cfg, tmp_path, 100, 200)
     assert lines[0].startswith(
         "This run is a pipeline check on the shipped musique_ans sample (100 training questions, 200 dev questions"
