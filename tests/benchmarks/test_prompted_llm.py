@@ -50,3 +50,26 @@ def test_a_cells_figures_come_from_its_run_folder(tmp_path: Path) -> None:
     assert figures["support_f1"]["low"] == figures["support_f1"]["high"] == 0.5
     assert figures["unparsed_share"] == 0.2 and figures["generated_tokens_per_s"] == 10.0
     assert figures["tokens_per_s"] == 210.0 and figures["prompt_tokens_per_question"] == 100
+
+
+def test_fine_tuned_minus_prompted_is_paired_by_question_id(tmp_path: Path) -> None:
+    def run_with(name: str, scores: dict[str, float]) -> Path:
+        run = tmp_path / name
+        run.mkdir()
+        rows = [
+            {"id": qid, "answer_f1": score, "support_f1": 1.0, "counts_toward": ["answer", "support"]}
+            for qid, score in scores.items()
+        ]
+        # an unanswerable twin (MuSiQue-Full) counts toward no answer metric: never paired
+        rows.append({"id": "twin", "answer_f1": 1.0, "support_f1": 1.0, "counts_toward": ["sufficiency"]})
+        (run / "metrics.per_question.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return run
+
+    # written in another order, and with one question the other cell did not score
+    fine_tuned = run_with("tuned", {"c": 1.0, "a": 1.0, "b": 0.0, "extra": 1.0})
+    prompted_run = run_with("prompted", {"a": 0.0, "b": 0.0, "c": 1.0})
+    figures = prompted.paired_figures(fine_tuned, prompted_run)
+    assert figures["questions"] == 3
+    assert figures["answer_f1"]["mean"] == pytest.approx(1 / 3)
+    assert figures["answer_f1"]["low"] == 0.0 and figures["answer_f1"]["high"] == 1.0
+    assert figures["support_f1"]["mean"] == figures["support_f1"]["low"] == figures["support_f1"]["high"] == 0.0
