@@ -7,8 +7,8 @@ a seeded subset that keeps the hop mix), its k-shot exemplars drawn from the tra
 prompted cell). Per cell: answer F1 (An) and support F1 (Sp) with 95% percentile-bootstrap intervals over the questions
 (`musique_models.evaluation.intervals`), on MuSiQue-Full also Sf, An+Sf and Sp+Sf; the share of generations the
 parser could not read in full; generated tokens per second and all tokens (prompts too) per second; wall time.
-Chance: the support F1 of naming as many paragraphs as the gold support, drawn at random (seed 0), on the same
-questions; its answer F1 is 0. Q-only (the paper's question-only artifact baseline) is given by `--q-only`: it
+Chance: the expected support F1 of naming as many paragraphs as the gold support, drawn at random, on the same
+questions (k gold of n paragraphs: k / n); its answer F1 is 0. Q-only (the paper's question-only artifact baseline) is given by `--q-only`: it
 trains `model=q_only` on the training sample and scores the same questions. `--finetune lora` (or `full`) adds the
 generative reader (`model=generative_reader`, the same backbone) fine-tuned on the training sample with its default
 settings and scored on the same questions, and the paired difference (fine-tuned minus each prompted cell, per
@@ -18,7 +18,9 @@ question, with its 95% paired-bootstrap interval) of its answer and support F1.
         [--selector musique_ans=RUN/selector/checkpoints/best.ckpt] [--top-k 5] [--contexts all,selector] [--q-only]
         [--finetune lora] [--out DIR] [-- OVERRIDES]
 
-Results go to `--out` (default `logs/prompted_llm/<time>`): each cell's run folder and `results.json`.
+Results go to `--out` (default `logs/prompted_llm/<time>`): each cell's run folder, `results.json` and, with
+`--finetune`, `paired.json`. Called again with the same `--out`, the cells it finished are read, not run again
+(remove a cell's folder to run it again).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import argparse
 import json
 import logging
 import os
-import random
 import time
 from datetime import datetime
 from pathlib import Path
@@ -52,9 +53,13 @@ from musique_models.run_files import CONFIG_FILE, GENERATION_SPEED_FILE, METRICS
 PAIRED_METRICS = ("sufficiency_f1", "group_answer_sufficiency_f1", "group_support_sufficiency_f1")
 
 
+def cell_folder(out: Path, dataset: str, model: list[str]) -> Path:
+    return out / "-".join([dataset, *(item.split("=")[-1].replace("/", "_")[-24:] for item in model)])
+
+
 def run_cell(dataset: str, model: list[str], questions: int, out: Path, extra: list[str]) -> Path:
     """One `train.py` run of `model` overrides on `questions` dev questions of `dataset`'s sample; its folder."""
-    run_dir = out / "-".join([dataset, *(item.split("=")[-1].replace("/", "_")[-24:] for item in model)])
+    run_dir = cell_folder(out, dataset, model)
     overrides = [
         *model,
         f"dataset={dataset}",
@@ -103,16 +108,14 @@ def cell_figures(run_dir: Path, wall_s: float, paragraph_counts: dict[str, int] 
     return figures
 
 
-def chance_support_f1(rows: list[dict], paragraph_counts: dict[str, int], seed: int = 0) -> float:
-    """The mean support F1 of naming as many paragraphs as the gold support, drawn at random from the question's
-    paragraphs (idx 0 .. count - 1)."""
-    draw = random.Random(seed)
+def chance_support_f1(rows: list[dict], paragraph_counts: dict[str, int]) -> float:
+    """The expected support F1 of naming as many paragraphs as the gold support, drawn at random from the question's
+    paragraphs, averaged over the questions: k gold of n paragraphs, k guessed, hit k * k / n times on average, so
+    precision, recall and F1 are k / n in expectation."""
     scores = []
     for row in rows:
-        gold = row["gold_support_idxs"]
-        paragraphs = paragraph_counts[row["id"]]
-        guess = draw.sample(range(paragraphs), min(len(gold), paragraphs))
-        scores.append(support_scores(guess, gold).f1)
+        gold, paragraphs = len(row["gold_support_idxs"]), paragraph_counts[row["id"]]
+        scores.append(min(gold, paragraphs) / paragraphs if gold else support_scores([], []).f1)
     return sum(scores) / max(len(scores), 1)
 
 
@@ -125,7 +128,12 @@ def per_question_scores(run_dir: Path) -> dict[str, dict]:
 def paired_figures(first: Path, second: Path) -> dict:
     """`first` minus `second` on the questions both scored: answer and support F1, each with its paired interval."""
     first_rows, second_rows = per_question_scores(first), per_question_scores(second)
-    shared = sorted(first_rows.keys() & second_rows.keys())
+    if first_rows.keys() != second_rows.keys():
+        raise ValueError(
+            f"{first} and {second} scored different questions ({len(first_rows.keys() - second_rows.keys())} and "
+            f"{len(second_rows.keys() - first_rows.keys())} of their own): a paired difference needs the same ones"
+        )
+    shared = sorted(first_rows)
     return {
         "questions": len(shared),
         **{
@@ -157,6 +165,9 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.WARNING)
     out = args.out or PROJECT_ROOT / "logs" / "prompted_llm" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     selectors = dict(item.split("=", 1) for item in args.selector)
+    results_file = out / "results.json"
+    # a cell finished by an earlier call with this --out is read again, not run (remove its folder to run it again)
+    earlier = {row["run"]: row for row in json.loads(results_file.read_text())} if results_file.exists() else {}
     results, paired = [], []
     for dataset in args.datasets.split(","):
         contexts = [("all paragraphs", [])] if "all" in args.contexts.split(",") else []
@@ -183,17 +194,16 @@ def main(argv: list[str] | None = None) -> dict:
         if args.q_only:
             cells.append(("Q-only (trained on the sample)", ["model=q_only"]))
         for name, model in cells:
-            start = time.perf_counter()
-            run_dir = run_cell(dataset, model, args.questions, out, args.overrides)
-            results.append(
-                {
-                    "dataset": dataset,
-                    "cell": name,
-                    "run": str(run_dir),
-                    **cell_figures(run_dir, time.perf_counter() - start),
-                }
-            )
-            write_json(out / "results.json", results)
+            run_dir = cell_folder(out, dataset, model)
+            if str(run_dir) in earlier and (run_dir / METRICS_FILE).exists():
+                print(f"{name}: read from {run_dir}, finished by an earlier call")
+                wall_s = earlier[str(run_dir)]["wall_s"]
+            else:
+                start = time.perf_counter()
+                run_cell(dataset, model, args.questions, out, args.overrides)
+                wall_s = time.perf_counter() - start
+            results.append({"dataset": dataset, "cell": name, "run": str(run_dir), **cell_figures(run_dir, wall_s)})
+            write_json(results_file, results)
         if args.finetune:
             finetuned = results[-len(cells) + prompted]
             for cell in results[-len(cells) : -len(cells) + prompted]:

@@ -8,12 +8,15 @@ A small prompted LLM (SmolLM2-135M-Instruct over twenty paragraphs) rarely write
   a newline or a `|`: their probability goes to the next label) or after `max_answer_tokens`;
 - ` | support:` is written for it; the support field takes only tokens made of digits, commas and spaces that keep
   it a list of the question's paragraph numbers (`valid_idxs`: those it read), at least `min_support` of them (a
-  small model left to itself names no paragraph), ended as the answer is once its last number is whole, or after
-  `max_support_tokens`;
+  small model left to itself names no paragraph) and at most `max_support_items`, ended as the answer is once its
+  last number is whole; after `max_support_tokens` only the last number may be finished, then the field closes (a
+  number is never cut: SmolLM2 writes each digit as its own token);
 - on data with unanswerable questions, ` | answerable:` is written for it, and the field is ` yes` or ` no`;
 - then the end token.
-A forced token keeps its own score and every other token is ruled out, so the probability of a generation is that of
-the model's own choices. Greedy search and beam search both work through it.
+Every token a field rules out gets no probability and a written label its own score. The probability the reader
+reports for a greedy generation is therefore the probability under the guide (a forced label counts 1, a field's
+tokens are renormalised over what the field allows); beam search ranks beams by the model's own scores of the same
+tokens. Greedy search and beam search both work through it.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ class TargetFormatGuide(LogitsProcessor):
         prompt_width: the width of the (left-padded) prompts: generated ids start there.
         with_answerability: the target has the `answerable` field.
         max_answer_tokens: most tokens of the answer field.
-        max_support_tokens: most tokens of the support field.
-        min_support: fewest paragraph numbers in the support field (1: every generation names a paragraph; 0: the
-            model may name none).
+        max_support_tokens: most tokens of the support field (past them, only its last number may be finished).
+        min_support: fewest paragraph numbers in the support field (1: every generation names a paragraph, an
+            unanswerable question's too, where the scorer reads no support; 0: the model may name none).
+        max_support_items: most paragraph numbers in the support field (4: MuSiQue's most hops).
     """
 
     def __init__(
@@ -47,8 +51,9 @@ class TargetFormatGuide(LogitsProcessor):
         prompt_width: int,
         with_answerability: bool,
         max_answer_tokens: int = 24,
-        max_support_tokens: int = 12,
+        max_support_tokens: int = 16,
         min_support: int = 1,
+        max_support_items: int = 4,
     ) -> None:
         self.end = end_token_id
         self.prompt_width = prompt_width
@@ -56,6 +61,7 @@ class TargetFormatGuide(LogitsProcessor):
         self.max_answer_tokens = max_answer_tokens
         self.max_support_tokens = max_support_tokens
         self.min_support = min_support
+        self.max_support_items = max_support_items
         # each generating row's paragraph numbers (beams: each beam a row); None: any number
         self.valid_idxs: list[set[str] | None] | None = None
         encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
@@ -106,7 +112,7 @@ class TargetFormatGuide(LogitsProcessor):
         allowed, closable = None, True  # the support field is closed: its choices are not needed
         if after_support not in step.field():
             written = self.joiner.join(self.number_pieces.get(token, "") for token in step.field())
-            allowed, closable = self._support_choices(written, valid)
+            allowed, closable = self._support_choices(written, valid, len(step.field()) >= self.max_support_tokens)
         if step.free_field(after_support, allowed, closable, self.max_support_tokens, self.enders, guided, scores):
             return
         if not self.with_answerability:
@@ -115,9 +121,11 @@ class TargetFormatGuide(LogitsProcessor):
             return
         step.choose(self.choices, self.end, guided, scores)
 
-    def _support_choices(self, written: str, valid: set[str] | None) -> tuple[torch.Tensor, bool]:
+    def _support_choices(self, written: str, valid: set[str] | None, full: bool) -> tuple[torch.Tensor, bool]:
         """The ids that keep the support field `written` so far a list of the row's paragraph numbers (`valid`;
-        None: any numbers), and whether it may close now (its last number whole, at least `min_support` of them)."""
+        None: any numbers), and whether it may close now (its last number whole, at least `min_support` of them).
+        Once the field is `full` (of tokens) or holds `max_support_items` numbers, only ids that go on with its last
+        number remain."""
         glue = self.joiner if written else ""
         allowed = [
             token
@@ -125,6 +133,9 @@ class TargetFormatGuide(LogitsProcessor):
             if _readable(written + glue + piece, valid, unfinished=not self.joiner)
         ]
         items = [item for item in re.split(r"[ ,]+", written) if item]
+        if full or len(items) >= self.max_support_items:
+            joins_last = not self.joiner and written[-1:].isdigit()
+            allowed = [token for token in allowed if joins_last and self.number_pieces[token].isdigit()]
         last_whole = not written or not written[-1].isdigit() or valid is None or items[-1] in valid
         return torch.tensor(allowed, dtype=torch.long), last_whole and len(items) >= self.min_support
 
@@ -134,9 +145,11 @@ _SUPPORT_CHARS = "0123456789 ,"
 
 def _readable(text: str, valid: set[str] | None, unfinished: bool) -> bool:
     """Whether `text` reads as paragraph numbers from `valid` (None: any), its last one perhaps `unfinished` (where
-    the next piece joins it: byte-level BPE): a number first, and no comma after a comma (separators alone would
-    fill the field with nothing)."""
+    the next piece joins it: byte-level BPE): spaces, then a number first, and no comma after a comma (separators
+    alone would fill the field with nothing). The spaces matter: SmolLM2 writes `support: 3` as `:`, ` `, `3`."""
     compact = text.replace(" ", "")
+    if not compact:
+        return bool(text)  # the spaces before the first number
     if not any(character.isdigit() for character in text) or compact.startswith(",") or ",," in compact:
         return False
     if valid is None:
@@ -178,12 +191,12 @@ class _Reader:
     ) -> bool:
         """Within a field the model fills (ids from `allowed`, or any), closed by `closer`: restrict the next id and
         return True; once `closer` was generated: False. The enders' probability goes to `closer` (when the field is
-        `closable`); after `max_tokens` ids, only `closer` remains."""
+        `closable`); after `max_tokens` ids, only `closer` remains once the field is closable."""
         rest = self.generated[self.at :]
         if closer in rest:
             self.at += rest.index(closer)  # the closer opens the next label, which `force` walks
             return False
-        if len(rest) >= max_tokens:
+        if len(rest) >= max_tokens and closable:
             _only(guided, scores, closer)
             return True
         if allowed is not None and len(allowed) == 0:

@@ -163,11 +163,15 @@ class GenerativeReaderPredictor:
         self.batches = None if self.engine else BatchPredictor(fitted.reader, fitted.tokenizer, cfg, batch_size)
         self.generations: list[Generation] = []
         self.speed: GenerationSpeed | None = None
+        self.read_idxs: list[set[int]] = []  # each row's paragraphs read, by its last `generate`
 
     def generate(self, table: datasets.Dataset) -> tuple[list[str], list[float]]:
         """Every row's generated text and its probability."""
         fitted = self.fitted
         rows = featurize(table, featurize_generative, fitted.tokenizer, None, "generate", **fitted.settings)
+        self.read_idxs = [set() for _ in range(len(table))]
+        for row, idxs in zip(rows["example_row"], rows["read_idxs"], strict=True):
+            self.read_idxs[row] = set(idxs)
         if self.engine is not None:
             return self.engine.generate(rows)
         texts, confidences = [""] * len(table), [0.0] * len(table)
@@ -192,10 +196,9 @@ class GenerativeReaderPredictor:
         texts, confidences = self.generate(table)
         with_answerability = self.fitted.settings["with_answerability"]
         decoded, self.generations = [], []
-        for question_id, paragraphs, text, confidence in zip(
-            table["id"], table["paragraphs"], texts, confidences, strict=True
-        ):
-            parsed = parse_generation(text, {p["idx"] for p in paragraphs}, with_answerability)
+        for question_id, read, text, confidence in zip(table["id"], self.read_idxs, texts, confidences, strict=True):
+            # a paragraph the reader did not read (cut by max_source_tokens, or outside a selector's top K) is no support
+            parsed = parse_generation(text, read, with_answerability)
             self.generations.append(Generation(question_id, text, parsed.problems))
             decoded.append(
                 DecodedQuestion(

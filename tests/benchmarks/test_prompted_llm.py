@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,14 @@ spec.loader.exec_module(prompted)
 
 
 def test_chance_support_f1_is_the_expected_f1_of_a_random_guess() -> None:
-    # two gold paragraphs of 20, two guessed: expected hits 2 * 2/20, so F1 = hits / 2 = 0.1 on average
-    rows = [{"id": str(row), "gold_support_idxs": [3, 9], "predicted_support_idxs": []} for row in range(4000)]
-    assert prompted.chance_support_f1(rows, {str(row): 20 for row in range(4000)}) == pytest.approx(0.1, abs=0.01)
+    # two gold paragraphs of 20, two guessed: expected hits 2 * 2/20, so F1 = hits / 2 = 0.1 on average; 4 of 20: 0.2
+    rows = [{"id": str(row), "gold_support_idxs": [3, 9], "predicted_support_idxs": []} for row in range(3)]
+    rows.append({"id": "3", "gold_support_idxs": [1, 3, 5, 7], "predicted_support_idxs": []})
+    assert prompted.chance_support_f1(rows, {str(row): 20 for row in range(4)}) == pytest.approx(0.125)
+    # and a random draw agrees with it
+    draw = random.Random(0)
+    drawn = [prompted.support_scores(draw.sample(range(20), 2), [3, 9]).f1 for _ in range(20000)]
+    assert sum(drawn) / len(drawn) == pytest.approx(0.1, abs=0.005)
     # all paragraphs gold: any guess is right
     rows = [{"id": "a", "gold_support_idxs": [0, 1], "predicted_support_idxs": []}]
     assert prompted.chance_support_f1(rows, {"a": 2}) == 1.0
@@ -65,11 +71,15 @@ def test_fine_tuned_minus_prompted_is_paired_by_question_id(tmp_path: Path) -> N
         (run / "metrics.per_question.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
         return run
 
-    # written in another order, and with one question the other cell did not score
-    fine_tuned = run_with("tuned", {"c": 1.0, "a": 1.0, "b": 0.0, "extra": 1.0})
+    # written in another order
+    fine_tuned = run_with("tuned", {"c": 1.0, "a": 1.0, "b": 0.0})
     prompted_run = run_with("prompted", {"a": 0.0, "b": 0.0, "c": 1.0})
     figures = prompted.paired_figures(fine_tuned, prompted_run)
     assert figures["questions"] == 3
     assert figures["answer_f1"]["mean"] == pytest.approx(1 / 3)
     assert figures["answer_f1"]["low"] == 0.0 and figures["answer_f1"]["high"] == 1.0
     assert figures["support_f1"]["mean"] == figures["support_f1"]["low"] == figures["support_f1"]["high"] == 0.0
+
+    # cells that scored different questions are not paired silently
+    with pytest.raises(ValueError, match="scored different questions"):
+        prompted.paired_figures(run_with("more", {"a": 0.0, "b": 0.0, "c": 1.0, "d": 1.0}), prompted_run)

@@ -15,8 +15,11 @@ from omegaconf import OmegaConf
 from musique_models import PROJECT_ROOT
 from musique_models.cli.train import check_backbones
 from musique_models.io import atomic_folder
+from musique_models.features.context import end_token_id
+from musique_models.features.generative import parse_generation
 from musique_models.models.backbone import load_causal_lm, load_tokenizer
 from musique_models.models.gguf import RECORD
+from musique_models.models.guided import TargetFormatGuide
 from musique_models.models.hub import BackboneError, packaged_path
 
 CONFIG = OmegaConf.load(PROJECT_ROOT / "conf" / "backbone" / "smollm2_135m_instruct.yaml")
@@ -77,3 +80,43 @@ def test_expanded_once_then_reused_and_the_real_weights_answer(smollm2) -> None:
     with torch.no_grad():
         output = model.generate(**prompt, max_new_tokens=8, do_sample=False)
     assert "Paris" in tokenizer.decode(output[0, prompt["input_ids"].shape[1] :])
+
+
+def _scripted(guide: TargetFormatGuide, tokenizer, wanted: str, vocabulary: int) -> str:
+    """Greedy decoding through `guide` of a 'model' that always wants the next token of `wanted`, then its end."""
+    script = tokenizer(wanted, add_special_tokens=False)["input_ids"] + [guide.end]
+    generated: list[int] = []
+    while guide.end not in generated and len(generated) < 64:
+        scores = torch.zeros(1, vocabulary)
+        # the script's next token where the guide's forced labels have not pushed the text off it
+        text = tokenizer.decode(generated)
+        for position in range(len(script) + 1):
+            if tokenizer.decode(script[:position]) == text and position < len(script):
+                scores[0, script[position]] = 10.0
+                break
+        else:
+            scores[0, guide.end] = 10.0
+        guided = guide(torch.tensor([generated], dtype=torch.long), scores)
+        generated.append(int(guided[0].argmax()))
+    return tokenizer.decode(generated, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize(
+    ("max_support_tokens", "wanted", "expected"),
+    [
+        # four two-digit numbers take 14 tokens (SmolLM2 writes each digit alone): a cap of 12 must not cut `17` to `1`
+        (12, "answer: Paris | support: 3, 5, 12, 17", [3, 5, 12, 17]),
+        (16, "answer: Paris | support: 3, 5, 12, 17", [3, 5, 12, 17]),
+        # a fifth number is refused: the field closes after the fourth
+        (32, "answer: Paris | support: 3, 5, 12, 17, 1", [3, 5, 12, 17]),
+    ],
+)
+def test_the_guide_never_cuts_a_paragraph_number_with_the_real_tokenizer(
+    smollm2, max_support_tokens: int, wanted: str, expected: list[int]
+) -> None:
+    tokenizer = load_tokenizer(smollm2, paragraph_marker=False)
+    guide = TargetFormatGuide(tokenizer, end_token_id(tokenizer), 0, False, max_support_tokens=max_support_tokens)
+    guide.valid_idxs = [{"3", "5", "12", "17"}]
+    text = _scripted(guide, tokenizer, wanted, len(tokenizer))
+    parsed = parse_generation(text, {3, 5, 12, 17})
+    assert parsed.parsed and parsed.support == expected, text

@@ -184,3 +184,26 @@ def test_a_prompted_llm_reads_a_trained_selectors_top_k(tmp_path: Path) -> None:
     # each question's 3 best paragraphs by the selector, best first
     rankings, _ = predictor.ranker.rank(table)
     assert read == [ranking[:3] for ranking in rankings] and all(len(idxs) == 3 for idxs in read)
+
+
+def test_a_generation_naming_a_paragraph_the_reader_did_not_read_does_not_get_it_as_support(tmp_path: Path) -> None:
+    cfg = compose_cfg(
+        "train", ["model=llm_prompt", "model.reader.guided_format=false", "model.reader.max_source_tokens=400", *COMMON]
+    )
+    reader = instantiate_recipe(cfg)._predictor(cfg, [], with_answerability=False).reader
+    table = instantiate(cfg.dataset).load("dev").select(range(3))
+
+    def outputs(rows):  # every row generates a support naming paragraphs 0 and 19
+        yield {
+            "ids": torch.ones(len(rows), 1, dtype=torch.long),
+            "example_row": torch.tensor(rows["example_row"]),
+            "confidence": torch.zeros(len(rows)),
+        }
+
+    reader.batches.outputs = outputs
+    reader.fitted.reader.texts = lambda ids: ["answer: x | support: 0, 19"] * len(ids)
+    decoded = reader.read(table)
+    # 400 tokens hold the first few of the 20 paragraphs: 0 is read, 19 is not
+    assert all(0 in read and 19 not in read for read in reader.read_idxs)
+    assert [question.support for question in decoded] == [[0]] * 3
+    assert all(generation.problems for generation in reader.generations)  # the dropped number is said
