@@ -163,17 +163,16 @@ class GenerativeReaderPredictor:
         self.batches = None if self.engine else BatchPredictor(fitted.reader, fitted.tokenizer, cfg, batch_size)
         self.generations: list[Generation] = []
         self.speed: GenerationSpeed | None = None
-        self.read_idxs: list[set[int]] = []  # each row's paragraphs read, by its last `generate`
 
-    def generate(self, table: datasets.Dataset) -> tuple[list[str], list[float]]:
-        """Every row's generated text and its probability."""
+    def generate(self, table: datasets.Dataset) -> tuple[list[str], list[float], list[set[int]]]:
+        """Every row's generated text, its probability and the idx of the paragraphs it read."""
         fitted = self.fitted
         rows = featurize(table, featurize_generative, fitted.tokenizer, None, "generate", **fitted.settings)
-        self.read_idxs = [set() for _ in range(len(table))]
+        read: list[set[int]] = [set() for _ in range(len(table))]
         for row, idxs in zip(rows["example_row"], rows["read_idxs"], strict=True):
-            self.read_idxs[row] = set(idxs)
+            read[row] = set(idxs)
         if self.engine is not None:
-            return self.engine.generate(rows)
+            return (*self.engine.generate(rows), read)
         texts, confidences = [""] * len(table), [0.0] * len(table)
         start, generated = time.perf_counter(), 0
         causal = fitted.reader.causal
@@ -189,14 +188,14 @@ class GenerativeReaderPredictor:
                 texts[row], confidences[row] = text, confidence
         self.speed = GenerationSpeed(len(table), prompts, generated, round(time.perf_counter() - start, 3))
         log.info("%s", self.speed.line())
-        return texts, confidences
+        return texts, confidences, read
 
     def read(self, table: datasets.Dataset) -> list[DecodedQuestion]:
         """The decoded question of every row of `table` (its `selected_idxs`, when present, say what is read)."""
-        texts, confidences = self.generate(table)
+        texts, confidences, read_idxs = self.generate(table)
         with_answerability = self.fitted.settings["with_answerability"]
         decoded, self.generations = [], []
-        for question_id, read, text, confidence in zip(table["id"], self.read_idxs, texts, confidences, strict=True):
+        for question_id, read, text, confidence in zip(table["id"], read_idxs, texts, confidences, strict=True):
             # a paragraph the reader did not read (cut by max_source_tokens, or outside a selector's top K) is no support
             parsed = parse_generation(text, read, with_answerability)
             self.generations.append(Generation(question_id, text, parsed.problems))

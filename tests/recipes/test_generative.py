@@ -97,7 +97,8 @@ def test_unreadable_generations_are_counted_written_and_logged(tmp_path: Path, c
     first_idxs = [paragraphs[0]["idx"] for paragraphs in table["paragraphs"]]
     texts[0] = f"answer: Jane Austen | support: {first_idxs[0]}"
     predictor = instantiate_recipe(cfg)._predictor(cfg, [], with_answerability=False)
-    predictor.reader.generate = lambda rows: (texts, [0.5] * len(texts))
+    every = [{paragraph["idx"] for paragraph in paragraphs} for paragraphs in table["paragraphs"]]
+    predictor.reader.generate = lambda rows: (texts, [0.5] * len(texts), every)
     with caplog.at_level(logging.WARNING):
         predictions = predictor.predict(table, tmp_path)
     assert predictor.extra_metrics == {"unparsed_generations": 4.0}
@@ -177,7 +178,7 @@ def test_a_prompted_llm_reads_a_trained_selectors_top_k(tmp_path: Path) -> None:
 
     def generate(rows):
         read.extend(rows["selected_idxs"])
-        return [""] * len(rows), [0.0] * len(rows)
+        return [""] * len(rows), [0.0] * len(rows), [set(idxs) for idxs in rows["selected_idxs"]]
 
     predictor.reader.generate = generate
     predictor.predict(table, tmp_path)
@@ -202,8 +203,9 @@ def test_a_generation_naming_a_paragraph_the_reader_did_not_read_does_not_get_it
 
     reader.batches.outputs = outputs
     reader.fitted.reader.texts = lambda ids: ["answer: x | support: 0, 19"] * len(ids)
+    read = reader.generate(table)[2]
     decoded = reader.read(table)
     # 400 tokens hold the first few of the 20 paragraphs: 0 is read, 19 is not
-    assert all(0 in read and 19 not in read for read in reader.read_idxs)
+    assert all(0 in idxs and 19 not in idxs for idxs in read)
     assert [question.support for question in decoded] == [[0]] * 3
     assert all(generation.problems for generation in reader.generations)  # the dropped number is said
