@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import transformers
+from filelock import FileLock
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from musique_models.io import atomic_folder, code_fingerprint, file_sha256
@@ -27,18 +29,36 @@ RECORD = "expanded_from.json"
 def ensure_expanded(gguf: str | Path, output_dir: str | Path, sha256: str | None = None) -> Path:
     """`output_dir` holding the GGUF file `gguf` (whose content has the already checked `sha256`; None: hashed here)
     expanded to a plain folder: built on first use (atomically: a killed build leaves nothing at `output_dir`), reused
-    while its record names the same GGUF content, converter and transformers version, rebuilt otherwise."""
+    while its record names the same GGUF content, converter and transformers version, rebuilt otherwise. Processes
+    that need it at once build it once: the others wait on a lock beside it."""
     gguf, output_dir = Path(gguf), Path(output_dir)
     wanted = {
         "gguf_sha256": sha256 or file_sha256(gguf),
         "code": code_fingerprint(__name__),
         "transformers": transformers.__version__,
     }
-    record = output_dir / RECORD
-    if record.exists():
-        found = json.loads(record.read_text())
-        if all(found.get(key) == value for key, value in wanted.items()):
+    if _expanded(output_dir, wanted):
+        return output_dir
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    # one builder at a time (DDP ranks, the jobs of a sweep): the others wait, then find the folder built
+    with FileLock(output_dir.parent / f"{output_dir.name}.lock"):
+        if _expanded(output_dir, wanted):
             return output_dir
+        for staging in output_dir.parent.glob(f".{output_dir.name}.*"):  # left by a build that was killed
+            shutil.rmtree(staging, ignore_errors=True)
+        _expand(gguf, output_dir, wanted)
+    return output_dir
+
+
+def _expanded(output_dir: Path, wanted: dict[str, str]) -> bool:
+    record = output_dir / RECORD
+    if not record.exists():
+        return False
+    found = json.loads(record.read_text())
+    return all(found.get(key) == value for key, value in wanted.items())
+
+
+def _expand(gguf: Path, output_dir: Path, wanted: dict[str, str]) -> None:
     log.info("expanding %s into a plain model folder at %s (once; later loads read the folder)", gguf.name, output_dir)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype="float32")
@@ -49,4 +69,3 @@ def ensure_expanded(gguf: str | Path, output_dir: str | Path, sha256: str | None
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / RECORD).write_text(json.dumps({**wanted, "gguf_file": gguf.name}, indent=2) + "\n")
-    return output_dir

@@ -5,6 +5,8 @@ real weights answer a question a random model cannot."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,9 @@ from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
 from musique_models.cli.train import check_backbones
-from musique_models.io import atomic_folder
 from musique_models.features.context import end_token_id
 from musique_models.features.generative import parse_generation
+from musique_models.io import atomic_folder
 from musique_models.models.backbone import load_causal_lm, load_tokenizer
 from musique_models.models.gguf import RECORD
 from musique_models.models.guided import TargetFormatGuide
@@ -120,3 +122,31 @@ def test_the_guide_never_cuts_a_paragraph_number_with_the_real_tokenizer(
     text = _scripted(guide, tokenizer, wanted, len(tokenizer))
     parsed = parse_generation(text, {3, 5, 12, 17})
     assert parsed.parsed and parsed.support == expected, text
+
+
+def test_processes_that_need_the_folder_at_once_expand_it_once_and_clear_a_killed_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from musique_models.models import gguf
+
+    builds = []
+
+    def slow_expand(source: Path, output_dir: Path, wanted: dict) -> None:
+        builds.append(output_dir)
+        time.sleep(0.3)
+        with atomic_folder(output_dir) as staging:
+            (staging / RECORD).write_text(json.dumps(wanted))
+
+    monkeypatch.setattr(gguf, "_expand", slow_expand)
+    target = tmp_path / "expanded"
+    killed = tmp_path / ".expanded.x1y2"  # the staging folder of a build that was killed
+    killed.mkdir()
+    (killed / "model.safetensors").write_bytes(b"half")
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"gguf")
+    threads = [threading.Thread(target=gguf.ensure_expanded, args=(source, target)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert builds == [target] and (target / RECORD).exists() and not killed.exists()
