@@ -44,6 +44,7 @@ from musique_models.run_files import (
     CHECKPOINTS_FOLDER,
     CONFIG_FILE,
     METRICS_FILE,
+    PER_QUESTION_FILE,
     PREDICTIONS_FILE,
     PROVENANCE_FILE,
     RESUME_FILE,
@@ -552,7 +553,9 @@ def _run_recipe(
         write_json(output_dir / METRICS_FILE, metrics)
     for logger in loggers:
         logger.log_metrics({f"test/{key}": value for key, value in metrics.items()})
-    log_run_results(loggers, metrics, [output_dir / PREDICTIONS_FILE, output_dir / METRICS_FILE])
+    log_run_results(
+        loggers, metrics, [output_dir / PREDICTIONS_FILE, output_dir / METRICS_FILE, output_dir / PER_QUESTION_FILE]
+    )
     close_run_loggers(loggers, "success")
     title = f"{cfg.model_name} on {source.name} {cfg.eval_split}"
     show(console, lambda target: target.print(metrics_table(metrics, title=title)))

@@ -78,7 +78,7 @@ def per_hop_rows(metrics: dict[str, float]) -> list[list[Any]]:
 def log_run_results(loggers: list[Logger], metrics: dict[str, float], files: list[Path]) -> None:
     """What each wandb logger gets at the end of a run, besides the final metrics that `log_metrics` already left in
     the run's summary (`test/<metric>`): the per-hop metrics as a table (`test/per_hop`: metric, all, 2hop, 3hop,
-    4hop) and the existing `files` (predictions.jsonl, metrics.json) as an artifact of type `predictions` named
+    4hop) and the existing `files` (predictions.jsonl, metrics.json, metrics.per_question.jsonl) as an artifact of type `predictions` named
     `predictions-<run id>`. Offline runs keep all of it in their folder (`wandb sync` uploads it). Other loggers
     get nothing more."""
     wandb_loggers = [logger for logger in loggers if isinstance(logger, WandbLogger)]
