@@ -41,7 +41,7 @@ from rich.table import Table  # noqa: E402
 from musique_models import PROJECT_ROOT  # noqa: E402
 from musique_models.features.generative import featurize_generative  # noqa: E402
 from musique_models.models.backbone import load_tokenizer  # noqa: E402
-from musique_models.models.generative_reader import GenerativeReader, left_padded  # noqa: E402
+from musique_models.models.generative_reader import GenerativeReader  # noqa: E402
 from musique_models.recipes.generative import FittedGenerativeReader  # noqa: E402
 from musique_models.training.datamodule import featurize  # noqa: E402
 from musique_models.training.loaders import PaddingCollator  # noqa: E402
@@ -85,10 +85,7 @@ def bare_generate_seconds(reader: GenerativeReader, batches: list[dict], max_new
     start = time.perf_counter()
     with torch.inference_mode():
         for batch in batches:
-            if reader.causal:
-                input_ids, attention_mask = left_padded(batch["input_ids"], batch["prompt_length"], reader.pad_token_id)
-            else:
-                input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+            input_ids, attention_mask = reader.generation_inputs(batch)
             reader.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,

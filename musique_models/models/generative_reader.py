@@ -164,13 +164,17 @@ class GenerativeReader(QAModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
+    def generation_inputs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """What `generate` is given: a decoder-only model's prompts, left-padded (B, P), or a seq2seq model's inputs
+        (B, T); and their attention mask."""
+        if self.causal:
+            return left_padded(batch["input_ids"], batch["prompt_length"], self.pad_token_id)
+        return batch["input_ids"], batch["attention_mask"]
+
     def generate(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Generated `ids` (B, S) (the generated tokens alone, padding after the end token) and their
         `confidence` (B,), the probability of the generated sequence."""
-        if self.causal:
-            input_ids, attention_mask = left_padded(batch["input_ids"], batch["prompt_length"], self.pad_token_id)
-        else:
-            input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        input_ids, attention_mask = self.generation_inputs(batch)
         settings: dict[str, Any] = {"early_stopping": True, "length_penalty": 0.0} if self.num_beams > 1 else {}
         if self.guide is not None:
             self.guide.prompt_width = input_ids.shape[1]
