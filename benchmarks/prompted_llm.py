@@ -145,6 +145,13 @@ def paired_figures(first: Path, second: Path) -> dict:
     }
 
 
+def kept_rows(earlier: dict[str, dict], results: list[dict]) -> list[dict]:
+    """The rows of an earlier call with the same `--out` whose cells this call does not have: results.json keeps
+    them (a call that adds cells does not drop the cells measured before)."""
+    now = {row["run"] for row in results}
+    return [row for run, row in earlier.items() if run not in now]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", default="musique_ans,hotpotqa_20k,2wiki_20k")
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
                 run_cell(dataset, model, args.questions, out, args.overrides)
                 wall_s = time.perf_counter() - start
             results.append({"dataset": dataset, "cell": name, "run": str(run_dir), **cell_figures(run_dir, wall_s)})
-            write_json(results_file, results)
+            write_json(results_file, [*kept_rows(earlier, results), *results])
         if args.finetune:
             finetuned = results[-len(cells) + prompted]
             for cell in results[-len(cells) : -len(cells) + prompted]:
@@ -217,6 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
                 )
             write_json(out / "paired.json", paired)
 
+    results = [*kept_rows(earlier, results), *results]
     table = Table(
         title=f"Prompted LLM on {args.questions} dev questions of each shipped sample (95% bootstrap intervals)"
     )

@@ -83,3 +83,9 @@ def test_fine_tuned_minus_prompted_is_paired_by_question_id(tmp_path: Path) -> N
     # cells that scored different questions are not paired silently
     with pytest.raises(ValueError, match="scored different questions"):
         prompted.paired_figures(run_with("more", {"a": 0.0, "b": 0.0, "c": 1.0, "d": 1.0}), prompted_run)
+
+
+def test_a_later_call_keeps_the_cells_measured_before() -> None:
+    earlier = {"a": {"run": "a", "cell": "0-shot"}, "b": {"run": "b", "cell": "3-shot"}}
+    now = [{"run": "b", "cell": "3-shot", "new": True}, {"run": "c", "cell": "Q-only"}]
+    assert prompted.kept_rows(earlier, now) == [{"run": "a", "cell": "0-shot"}]
