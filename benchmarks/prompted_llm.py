@@ -153,20 +153,26 @@ def kept_rows(earlier: dict[str, dict], results: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", default="musique_ans,hotpotqa_20k,2wiki_20k")
-    parser.add_argument("--shots", default="0,3")
-    parser.add_argument("--questions", type=int, default=100)
-    parser.add_argument("--selector", action="append", default=[], help="DATASET=PATH of a trained selector")
-    parser.add_argument("--top-k", type=int, default=5)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--datasets", default="musique_ans,hotpotqa_20k,2wiki_20k", help="dataset configs, by comma")
+    parser.add_argument("--shots", default="0,3", help="k of each prompted cell, by comma ('': no prompted cell)")
+    parser.add_argument("--questions", type=int, default=100, help="dev questions of each sample (eval_size)")
     parser.add_argument(
-        "--contexts", default="all,selector", help="what the prompted cells read: all paragraphs, a selector's top K"
+        "--selector", action="append", default=[], help="DATASET=PATH of a trained selector's best.ckpt (repeatable)"
+    )
+    parser.add_argument("--top-k", type=int, default=5, help="paragraphs a selector cell reads")
+    parser.add_argument(
+        "--contexts",
+        default="all,selector",
+        help="what the prompted cells read: 'all' paragraphs, a 'selector' top K (where --selector names one)",
     )
     parser.add_argument("--q-only", action="store_true", help="train model=q_only on each sample beside")
     parser.add_argument(
         "--finetune", choices=("lora", "full"), help="add the generative reader fine-tuned on each training sample"
     )
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="folder of the cells and results; None: logs/prompted_llm/TIME")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every cell (after --)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)

@@ -276,19 +276,19 @@ def require_engine(engine: str, backbone: BackboneSpec, guided_format: bool = Fa
     check_choice("model.engine", engine, ENGINES)
     if engine != "vllm":
         return
+    if guided_format:  # said first: it holds whether vLLM is installed or not
+        raise MusiqueModelsError(
+            "model.engine=vllm generates without the format guide: set model.reader.guided_format=false, or "
+            "model.engine=hf"
+        )
     if importlib.util.find_spec("vllm") is None:
         raise MusiqueModelsError(
-            "model.engine=vllm: vLLM is not installed (pip install 'musique-models[vllm]' on a CUDA machine); "
+            "model.engine=vllm: vLLM is not installed (pip install -e '.[vllm]' in this checkout, on a CUDA machine); "
             "model.engine=hf generates with transformers"
         )
     if backbone.source == "random" or not backbone.causal:
         raise MusiqueModelsError(
             f"model.engine=vllm: backbone {backbone.name!r} is not a pretrained decoder-only model vLLM can load"
-        )
-    if guided_format:
-        raise MusiqueModelsError(
-            "model.engine=vllm generates without the format guide: set model.reader.guided_format=false, or "
-            "model.engine=hf"
         )
 
 
@@ -432,9 +432,12 @@ class PromptedLLM:
         if not backbone.causal:
             raise MusiqueModelsError(
                 f"model=llm_prompt prompts a decoder-only model; backbone {backbone.name!r} is not one "
-                "(backbone@model.reader.backbone=tiny_llama, smollm2_360m_instruct, qwen2_5_1_5b_instruct, ...)"
+                "(backbone@model.reader.backbone=smollm2_135m_instruct, offline; smollm2_360m_instruct, "
+                "qwen2_5_1_5b_instruct, ...; tiny_llama, random, for tests)"
             )
         require_engine(engine, backbone, bool(reader.get("guided_format", False)))
+        if shots < 0:
+            raise MusiqueModelsError(f"model.shots={shots}: the number of exemplars is 0 (zero-shot) or more")
         self.name = name
         self.reader_cfg = reader
         self.shots = shots

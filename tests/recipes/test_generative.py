@@ -122,12 +122,21 @@ def test_unreadable_generations_are_counted_written_and_logged(tmp_path: Path, c
     assert all(table["id"][row] in message for row in range(1, 4)) and table["id"][4] not in message
 
 
-def test_the_vllm_engine_without_vllm_is_one_line() -> None:
-    cfg = compose_cfg("train", ["model=llm_prompt", "model.engine=vllm", *COMMON])
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        # the default (the guide on) is refused for the guide first: installing vLLM would not be enough
+        (["model.engine=vllm"], "model.engine=vllm generates without the format guide"),
+        (["model.engine=vllm", "model.reader.guided_format=false"], "model.engine=vllm: vLLM is not installed"),
+        (["model.shots=-1"], "model.shots=-1: the number of exemplars is 0 (zero-shot) or more"),
+    ],
+)
+def test_a_prompted_llm_it_cannot_run_is_one_line(overrides: list[str], said: str) -> None:
+    cfg = compose_cfg("train", ["model=llm_prompt", *overrides, *COMMON])
     with pytest.raises(Exception) as raised:  # noqa: PT011 (Hydra wraps it; train.py prints the one line)
         instantiate_recipe(cfg)
     message = user_error_message(raised.value)
-    assert message.startswith("model.engine=vllm: vLLM is not installed") and "\n" not in message
+    assert message.startswith(said) and "\n" not in message
 
 
 @pytest.mark.parametrize(
