@@ -1,6 +1,7 @@
 """What a wandb run receives at its end (`log_run_results`): the final metrics in its summary, the per-hop metrics as
-a table and the run's predictions.jsonl and metrics.json as an artifact of type `predictions`, all kept offline in
-the run folder (read back here from the run's `.wandb` record file, as `wandb sync` would)."""
+a table and the run's predictions.jsonl, metrics.json and metrics.per_question.jsonl as an artifact of type
+`predictions`, all kept offline in the run folder (read back here from the run's `.wandb` record file, as `wandb sync`
+would)."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def test_an_offline_wandb_run_keeps_final_metrics_per_hop_table_and_result_files
     (results,) = [artifact for artifact in artifacts if artifact.type == "predictions"]
     assert results.name == f"predictions-{run_id}" and results.run_id == run_id
     files = {entry.path: entry for entry in results.manifest.contents}
-    assert set(files) == {"predictions.jsonl", "metrics.json"}
+    assert set(files) == {"predictions.jsonl", "metrics.json", "metrics.per_question.jsonl"}
     for name, entry in files.items():
         assert entry.size == (run / name).stat().st_size
         assert Path(entry.local_path).read_bytes() == (run / name).read_bytes()  # staged copy, uploaded by sync
