@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections.abc import Iterator
@@ -15,7 +16,8 @@ _DECODER = json.JSONDecoder()
 
 
 def iter_json_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield `(line_number, record)` for each object of a `.jsonl` file or a JSON-list file.
+    """Yield `(line_number, record)` for each object of a `.jsonl` file or a JSON-list file (gzip-compressed when
+    its name ends in `.gz`).
 
     The layout is detected from the first character, so a MuSiQue file stored as a JSON list (as some
     copies are) reads the same as the official jsonl. Malformed JSON, an empty file or a record that is not
@@ -24,7 +26,7 @@ def iter_json_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     path = Path(path)
     if not path.is_file():
         raise DatasetNotFoundError(f"{path}: file not found (check the path)")
-    text = path.read_text(encoding="utf-8")
+    text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
     start = _WHITESPACE.match(text).end()
     if start == len(text):
         raise DataFormatError("the file is empty", path=path)
