@@ -45,8 +45,8 @@ from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
 from musique_models.cli.train import train  # noqa: E402
+from musique_models.evaluation.chance import random_support_f1  # noqa: E402
 from musique_models.evaluation.intervals import bootstrap_interval, paired_difference  # noqa: E402
-from musique_models.evaluation.metrics import support_scores  # noqa: E402
 from musique_models.io import write_json  # noqa: E402
 from musique_models.run_files import CONFIG_FILE, GENERATION_SPEED_FILE, METRICS_FILE, PER_QUESTION_FILE  # noqa: E402
 
@@ -110,12 +110,8 @@ def cell_figures(run_dir: Path, wall_s: float, paragraph_counts: dict[str, int] 
 
 def chance_support_f1(rows: list[dict], paragraph_counts: dict[str, int]) -> float:
     """The expected support F1 of naming as many paragraphs as the gold support, drawn at random from the question's
-    paragraphs, averaged over the questions: k gold of n paragraphs, k guessed, hit k * k / n times on average, so
-    precision, recall and F1 are k / n in expectation."""
-    scores = []
-    for row in rows:
-        gold, paragraphs = len(row["gold_support_idxs"]), paragraph_counts[row["id"]]
-        scores.append(min(gold, paragraphs) / paragraphs if gold else support_scores([], []).f1)
+    paragraphs (`random_support_f1`: k gold of n paragraphs, k / n), averaged over the questions."""
+    scores = [random_support_f1(len(row["gold_support_idxs"]), paragraph_counts[row["id"]]) for row in rows]
     return sum(scores) / max(len(scores), 1)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from musique_models import PROJECT_ROOT
+from musique_models.evaluation.metrics import support_scores
 
 spec = importlib.util.spec_from_file_location("prompted_llm", PROJECT_ROOT / "benchmarks" / "prompted_llm.py")
 prompted = importlib.util.module_from_spec(spec)
@@ -24,7 +25,7 @@ def test_chance_support_f1_is_the_expected_f1_of_a_random_guess() -> None:
     assert prompted.chance_support_f1(rows, {str(row): 20 for row in range(4)}) == pytest.approx(0.125)
     # and a random draw agrees with it
     draw = random.Random(0)
-    drawn = [prompted.support_scores(draw.sample(range(20), 2), [3, 9]).f1 for _ in range(20000)]
+    drawn = [support_scores(draw.sample(range(20), 2), [3, 9]).f1 for _ in range(20000)]
     assert sum(drawn) / len(drawn) == pytest.approx(0.1, abs=0.005)
     # all paragraphs gold: any guess is right
     rows = [{"id": "a", "gold_support_idxs": [0, 1], "predicted_support_idxs": []}]
