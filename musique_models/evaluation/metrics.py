@@ -124,11 +124,13 @@ class InstanceResult:
         return self.gold_answerable == self.predicted_answerable
 
 
-def _mean(values: Sequence[float]) -> float:
+def mean_score(values: Sequence[float]) -> float:
+    """The mean of per-question scores, 0 for none (the official evaluator's averaging)."""
     return sum(values) / len(values) if values else 0.0
 
 
-def _hop_bucket(num_hops: int) -> int:
+def hop_bucket(num_hops: int) -> int:
+    """The per-hop bucket a question counts in: 2, 3 or 4 (fewer hops count as 2, more as 4)."""
     return min(max(num_hops, HOP_BUCKETS[0]), HOP_BUCKETS[-1])
 
 
@@ -144,7 +146,7 @@ def aggregate(results: Sequence[InstanceResult], paired: bool = True) -> dict[st
     """
     by_hops: dict[int, list[InstanceResult]] = {hops: [] for hops in HOP_BUCKETS}
     for result in results:
-        by_hops[_hop_bucket(result.num_hops)].append(result)
+        by_hops[hop_bucket(result.num_hops)].append(result)
     has_unanswerable = any(not result.gold_answerable for result in results)
     metrics = _answer_support_means(results, suffix="")
     for hops, hop_results in by_hops.items():
@@ -152,7 +154,9 @@ def aggregate(results: Sequence[InstanceResult], paired: bool = True) -> dict[st
             metrics.update(_answer_support_means(hop_results, suffix=f"_{hops}hop"))
     if has_unanswerable and not paired:
         metrics.update(_answerability_metrics(results))
-        metrics["avg_answer_sufficiency_f1"] = (metrics["answer_f1"] + metrics["sufficiency_f1"]) / 2
+        metrics["avg_answer_sufficiency_f1"] = average_answer_sufficiency_f1(
+            metrics["answer_f1"], metrics["sufficiency_f1"]
+        )
     elif has_unanswerable:
         metrics.update(_sufficiency_metrics(results))
         for hops, hop_results in by_hops.items():
@@ -172,37 +176,56 @@ def counts_toward(result: InstanceResult, has_unanswerable: bool, paired: bool =
     return families
 
 
-def _answer_support_means(results: Sequence[InstanceResult], suffix: str) -> dict[str, float]:
-    answerable = [result for result in results if result.gold_answerable]
+ANSWER_SUPPORT_METRICS = ("answer_f1", "answer_em", "support_f1", "support_em")
+
+
+def question_scores(result: InstanceResult) -> dict[str, float]:
+    """An answerable question's answer and support scores under the names `aggregate` averages (unsuffixed)."""
     return {
-        f"answer_f1{suffix}": _mean([result.answer.f1 for result in answerable]),
-        f"answer_em{suffix}": _mean([result.answer.em for result in answerable]),
-        f"support_f1{suffix}": _mean([result.support.f1 for result in answerable]),
-        f"support_em{suffix}": _mean([result.support.em for result in answerable]),
-        f"count{suffix}": float(len(answerable)),
+        "answer_f1": result.answer.f1,
+        "answer_em": result.answer.em,
+        "support_f1": result.support.f1,
+        "support_em": result.support.em,
     }
+
+
+def _answer_support_means(results: Sequence[InstanceResult], suffix: str) -> dict[str, float]:
+    scores = [question_scores(result) for result in results if result.gold_answerable]
+    means = {name + suffix: mean_score([question[name] for question in scores]) for name in ANSWER_SUPPORT_METRICS}
+    return {**means, f"count{suffix}": float(len(scores))}
+
+
+def twin_pairs(results: Sequence[InstanceResult]) -> dict[str, list[InstanceResult]]:
+    """MuSiQue-Full's twin pairs: id -> its rows, in the order the ids first appear; a ValueError unless each id has
+    one answerable and one unanswerable row."""
+    pairs: dict[str, list[InstanceResult]] = {}
+    for result in results:
+        pairs.setdefault(result.id, []).append(result)
+    for question_id, pair in pairs.items():
+        if len(pair) != 2 or sum(result.gold_answerable for result in pair) != 1:
+            raise ValueError(f"id {question_id!r}: paired metrics need one answerable and one unanswerable row")
+    return pairs
+
+
+def pair_scores(pair: Sequence[InstanceResult]) -> dict[str, float]:
+    """The paired scores of one twin pair (unsuffixed `group_*` names): the answerable row's answer (or support)
+    score if the predicted answerability of both rows is right, else 0."""
+    (answerable,) = [result for result in pair if result.gold_answerable]
+    both_right = float(all(result.sufficiency_correct for result in pair))
+    return {
+        "group_answer_sufficiency_f1": both_right * answerable.answer.f1,
+        "group_answer_sufficiency_em": both_right * answerable.answer.em,
+        "group_support_sufficiency_f1": both_right * answerable.support.f1,
+        "group_support_sufficiency_em": both_right * answerable.support.em,
+    }
+
+
+PAIR_METRICS = tuple(f"group_{score}_sufficiency_{kind}" for score in ("answer", "support") for kind in ("f1", "em"))
 
 
 def _group_metrics(results: Sequence[InstanceResult], suffix: str) -> dict[str, float]:
-    groups: dict[str, list[InstanceResult]] = {}
-    for result in results:
-        groups.setdefault(result.id, []).append(result)
-    scores: dict[str, list[float]] = {name: [] for name in ("answer_f1", "answer_em", "support_f1", "support_em")}
-    for question_id, group in groups.items():
-        answerable = [result for result in group if result.gold_answerable]
-        if len(group) != 2 or len(answerable) != 1:
-            raise ValueError(f"id {question_id!r}: paired metrics need one answerable and one unanswerable row")
-        both_right = float(all(result.sufficiency_correct for result in group))
-        scores["answer_f1"].append(both_right * answerable[0].answer.f1)
-        scores["answer_em"].append(both_right * answerable[0].answer.em)
-        scores["support_f1"].append(both_right * answerable[0].support.f1)
-        scores["support_em"].append(both_right * answerable[0].support.em)
-    return {
-        f"group_answer_sufficiency_f1{suffix}": _mean(scores["answer_f1"]),
-        f"group_answer_sufficiency_em{suffix}": _mean(scores["answer_em"]),
-        f"group_support_sufficiency_f1{suffix}": _mean(scores["support_f1"]),
-        f"group_support_sufficiency_em{suffix}": _mean(scores["support_em"]),
-    }
+    scores = [pair_scores(pair) for pair in twin_pairs(results).values()]
+    return {name + suffix: mean_score([pair[name] for pair in scores]) for name in PAIR_METRICS}
 
 
 def _sufficiency_metrics(results: Sequence[InstanceResult]) -> dict[str, float]:
@@ -210,16 +233,42 @@ def _sufficiency_metrics(results: Sequence[InstanceResult]) -> dict[str, float]:
     return {**_answerability_metrics(results), **_group_metrics(results, suffix="")}
 
 
+@dataclass(frozen=True)
+class AnswerabilityCounts:
+    """What answerability F1 is computed from: rows judged answerable that are (`true_positive`), rows judged
+    answerable (`predicted_positive`), rows that are (`gold_positive`). Counts of several row sets add up."""
+
+    true_positive: float
+    predicted_positive: float
+    gold_positive: float
+
+
+def answerability_counts(results: Sequence[InstanceResult]) -> AnswerabilityCounts:
+    """The answerability counts of `results`."""
+    return AnswerabilityCounts(
+        true_positive=sum(r.predicted_answerable and r.gold_answerable for r in results),
+        predicted_positive=sum(r.predicted_answerable for r in results),
+        gold_positive=sum(r.gold_answerable for r in results),
+    )
+
+
+def answerability_f1(counts: AnswerabilityCounts) -> float:
+    """Binary F1 with 'answerable' as the positive class (0 when nothing is predicted or gold answerable)."""
+    precision = counts.true_positive / counts.predicted_positive if counts.predicted_positive else 0.0
+    recall = counts.true_positive / counts.gold_positive if counts.gold_positive else 0.0
+    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+
+
+def average_answer_sufficiency_f1(answer_f1: float, sufficiency_f1: float) -> float:
+    """`avg_answer_sufficiency_f1`: the mean of answer F1 and answerability F1 (unpaired files)."""
+    return (answer_f1 + sufficiency_f1) / 2
+
+
 def _answerability_metrics(results: Sequence[InstanceResult]) -> dict[str, float]:
     """Answerability accuracy, and binary F1 with 'answerable' as the positive class."""
-    true_positive = sum(r.predicted_answerable and r.gold_answerable for r in results)
-    predicted_positive = sum(r.predicted_answerable for r in results)
-    gold_positive = sum(r.gold_answerable for r in results)
-    precision = true_positive / predicted_positive if predicted_positive else 0.0
-    recall = true_positive / gold_positive if gold_positive else 0.0
     return {
-        "sufficiency_accuracy": _mean([float(r.sufficiency_correct) for r in results]),
-        "sufficiency_f1": 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0,
+        "sufficiency_accuracy": mean_score([float(r.sufficiency_correct) for r in results]),
+        "sufficiency_f1": answerability_f1(answerability_counts(results)),
     }
 
 
@@ -282,24 +331,38 @@ def dire_question_result(
     )
 
 
+DIRE_METRICS = (
+    "dire_answer_f1",
+    "dire_answer_em",
+    "dire_support_f1",
+    "dire_support_em",
+    "dire_joint_f1",
+    "dire_joint_em",
+)
+
+
+def dire_question_scores(result: DireQuestionResult) -> dict[str, float]:
+    """One question's DiRe scores under the names `aggregate_dire` averages (unsuffixed)."""
+    joint = result.joint
+    return {
+        "dire_answer_f1": result.answer.f1,
+        "dire_answer_em": result.answer.em,
+        "dire_support_f1": result.support.f1,
+        "dire_support_em": result.support.em,
+        "dire_joint_f1": joint.f1,
+        "dire_joint_em": joint.em,
+    }
+
+
 def aggregate_dire(results: Sequence[DireQuestionResult]) -> dict[str, float]:
     """Means of the DiRe answer, support and joint scores, overall and per hop count."""
     metrics: dict[str, float] = {}
     buckets: list[tuple[str, Sequence[DireQuestionResult]]] = [("", results)]
-    buckets += [(f"_{hops}hop", [r for r in results if _hop_bucket(r.num_hops) == hops]) for hops in HOP_BUCKETS]
+    buckets += [(f"_{hops}hop", [r for r in results if hop_bucket(r.num_hops) == hops]) for hops in HOP_BUCKETS]
     for suffix, bucket in buckets:
         if not bucket and suffix:
             continue
-        joints = [result.joint for result in bucket]
-        metrics.update(
-            {
-                f"dire_answer_f1{suffix}": _mean([r.answer.f1 for r in bucket]),
-                f"dire_answer_em{suffix}": _mean([r.answer.em for r in bucket]),
-                f"dire_support_f1{suffix}": _mean([r.support.f1 for r in bucket]),
-                f"dire_support_em{suffix}": _mean([r.support.em for r in bucket]),
-                f"dire_joint_f1{suffix}": _mean([joint.f1 for joint in joints]),
-                f"dire_joint_em{suffix}": _mean([joint.em for joint in joints]),
-                f"dire_count{suffix}": float(len(bucket)),
-            }
-        )
+        scores = [dire_question_scores(result) for result in bucket]
+        metrics.update({name + suffix: mean_score([question[name] for question in scores]) for name in DIRE_METRICS})
+        metrics[f"dire_count{suffix}"] = float(len(bucket))
     return metrics
