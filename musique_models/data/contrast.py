@@ -12,6 +12,7 @@ official MuSiQue-Full.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -30,8 +31,14 @@ class ContrastError(MusiqueModelsError, ValueError):
     """A question that cannot get an unanswerable contrast (no supporting paragraph, or no fitting distractor)."""
 
 
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(text.lower()))
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.lower()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _paragraph_words(title: str, text: str) -> frozenset[str]:
+    """A candidate distractor's words: the same paragraphs are candidates of many contrasts."""
+    return _words(title + " " + text)
 
 
 def make_contrast(example: Example, distractor_pool: Sequence[Paragraph], rng: random.Random) -> Example:
@@ -65,7 +72,7 @@ def make_contrast(example: Example, distractor_pool: Sequence[Paragraph], rng: r
         lowered = candidate.text.lower()
         if any(answer in lowered for answer in forbidden):
             continue
-        score = len(target_words & _words(candidate.title + " " + candidate.text))
+        score = len(target_words & _paragraph_words(candidate.title, candidate.text))
         if score > best_score:
             best, best_score = candidate, score
     if best is None:
