@@ -257,7 +257,7 @@ def _answerability_f1(sums: np.ndarray) -> float:
     return answerability_f1(AnswerabilityCounts(*map(float, sums[:3])))
 
 
-def _row_result(row: Mapping[str, Any]) -> InstanceResult:
+def result_from_row(row: Mapping[str, Any]) -> InstanceResult:
     """A per-question row as the `InstanceResult` it was written from (precision and recall, never averaged, are
     not in the row: NaN)."""
     return InstanceResult(
@@ -290,7 +290,7 @@ def _buckets(units: Sequence[Any], hops: Callable[[Any], int]) -> Iterator[tuple
 def _unit_sets(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, _UnitSet], list[str]]:
     """The rows' resampling units by unit set (`pairs`, `pairs_2hop`, `questions`, `rows`, `dire`, ...), and the
     metric names in the order `aggregate` and `aggregate_dire` list them."""
-    results = [_row_result(row) for row in rows]
+    results = [result_from_row(row) for row in rows]
     has_unanswerable = any(not result.gold_answerable for result in results)
     paired = has_unanswerable and _is_paired(rows)
     points = aggregate(results, paired) if results else {}
@@ -468,3 +468,49 @@ def _interval(point: float, replicates: np.ndarray, count: int, confidence: floa
     # as many resampled values left out below the interval as above it (2,000 resamples at 95%: 50 each side)
     outside = int((1 - confidence) / 2 * len(ordered))
     return Interval(point, float(ordered[outside]), float(ordered[len(ordered) - 1 - outside]), count, confidence)
+
+
+def resampled_statistic(
+    samples: Sequence[Sequence[Sequence[float]]],
+    statistic: Callable[[Sequence[np.ndarray]], float],
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Interval:
+    """`statistic` of the column means of independent `samples`, and its percentile-bootstrap interval.
+
+    Each sample is a list of units, a unit one question's values (its scores in two systems stay together), and is
+    resampled on its own, by unit; `statistic` gets each sample's column means (a ratio of two systems' means on one
+    dataset minus the same on another). A statistic undefined on a resample (NaN: a ratio to a zero mean) leaves
+    the interval unbounded. `count` is the units of the smallest sample."""
+    arrays = [np.asarray(sample, dtype=float) for sample in samples]
+    if not arrays or any(array.ndim != 2 or not len(array) for array in arrays):
+        raise ValueError("resampled_statistic needs samples of units, each a list of values")
+    resampled = [
+        np.concatenate([weights @ array / len(array) for weights in _resample_weights(len(array), resamples, seed + i)])
+        for i, array in enumerate(arrays)
+    ]
+    replicates = np.array([statistic([means[r] for means in resampled]) for r in range(resamples)], dtype=float)
+    point = float(statistic([array.mean(axis=0) for array in arrays]))
+    count = min(len(array) for array in arrays)
+    if math.isnan(point) or np.isnan(replicates).any():
+        return Interval(point, -math.inf, math.inf, count, confidence)
+    return _interval(point, replicates, count, confidence)
+
+
+def independent_difference(
+    first: Sequence[float],
+    second: Sequence[float],
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Interval:
+    """mean(`first`) - mean(`second`) of two sets of questions that are not the same (two datasets, two hop
+    buckets), each resampled on its own, and its percentile-bootstrap interval."""
+    return resampled_statistic(
+        [[[value] for value in first], [[value] for value in second]],
+        lambda means: float(means[0][0] - means[1][0]),
+        confidence,
+        resamples,
+        seed,
+    )
