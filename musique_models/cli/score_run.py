@@ -170,8 +170,8 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
         report = EvaluationReport({})
     elif cfg.mode == "dire":
         report = dire_scores(run.predictor, source, table, golds, predictions, output_dir, partition, min_paragraphs)
-    else:
-        report = evaluate_predictions(golds, predictions)
+    else:  # a MuSiQue-Full file not in twins (`dataset.paired=false`) gets the unpaired metrics, not An+Sf
+        report = evaluate_predictions(golds, predictions, paired=bool(source.paired))
     report.metrics.update(extra_metrics)
     per_question = write_report(report, output_dir / METRICS_FILE)
     write_json(output_dir / SCORING_FILE, scoring)

@@ -199,6 +199,25 @@ def test_predicting_another_datasets_split(full_run: Path) -> None:
     assert "group_answer_sufficiency_f1" not in metrics  # 2Wiki has no unanswerable twins
 
 
+def test_unpaired_musique_full_questions_get_the_unpaired_metrics(full_run: Path, tmp_path: Path) -> None:
+    # the real MuSiQue-Full dev questions come one row an id: no An+Sf, but answerability and its mean with An
+    real = SAMPLES.parent / "heldout" / "musique_full" / "dev_real100.jsonl.gz"
+    metrics = evaluate_run(
+        full_run,
+        "dataset=musique_full",
+        "dataset.sample=true",
+        f"dataset.sample_files.dev={real}",
+        "dataset.paired=false",
+        "eval_size=6",
+        f"output={tmp_path / 'real'}",
+    )
+    assert "group_answer_sufficiency_f1" not in metrics and "avg_answer_sufficiency_f1" in metrics
+    assert metrics["avg_answer_sufficiency_f1"] == pytest.approx((metrics["answer_f1"] + metrics["sufficiency_f1"]) / 2)
+    rows = read_jsonl(tmp_path / "real" / "metrics.per_question.jsonl")
+    assert len(rows) == 6 and {row["answerable"] for row in rows} == {True, False}
+    assert all("pair" not in row["counts_toward"] for row in rows)
+
+
 def test_unfinished_runs_missing_stages_and_unknown_splits_are_refused(full_run: Path, tmp_path: Path) -> None:
     run = Path(shutil.copytree(full_run, tmp_path / "run"))  # this test breaks the run: a copy
     with pytest.raises(RunScoringError, match="no such split"):
