@@ -11,7 +11,18 @@ from musique_models import PROJECT_ROOT
 from musique_models.data.formats import FORMATS
 from musique_models.data.probe import ProbeOptionError, check_min_paragraphs
 from musique_models.errors import MusiqueModelsError
-from musique_models.evaluation.evaluator import evaluate_dire_files, evaluate_files, metrics_table, write_report
+from musique_models.evaluation.evaluator import (
+    comparison_table,
+    evaluate_dire_files,
+    evaluate_files,
+    intervals_path,
+    metrics_table,
+    report_intervals,
+    write_intervals,
+    write_report,
+)
+from musique_models.evaluation.intervals import bootstrap_settings, paired_metric_tests
+from musique_models.io import write_json
 from musique_models.run_files import CONFIG_FILE, STATUS_FILE, run_status
 
 MODES = ("standard", "dire")
@@ -89,7 +100,7 @@ def check_options(cfg: DictConfig) -> None:
         raise EvaluateConfigError(f"unknown mode={cfg.mode}; expected mode=standard or mode=dire")
     dire_min_paragraphs(cfg)
     if cfg.get("run"):
-        given = [key for key in ("predictions", "gold", "probe_predictions", "format") if _given(cfg, key)]
+        given = [key for key in ("predictions", "gold", "probe_predictions", "format", "compare") if _given(cfg, key)]
         if given:
             raise EvaluateConfigError(
                 f"run= predicts with a trained run and scores its own predictions; drop {', '.join(given)}= "
@@ -108,6 +119,16 @@ def check_options(cfg: DictConfig) -> None:
         )
     if cfg.mode == "dire" and not cfg.probe_predictions:
         raise EvaluateConfigError("mode=dire needs probe_predictions=PATH (the DiRe probe prediction jsonl)")
+    if cfg.get("compare"):
+        if cfg.mode == "dire":
+            raise EvaluateConfigError("compare= compares the standard metrics of two prediction files: drop mode=dire")
+        outputs = [key for key in ("output", "per_question_output", "intervals_output") if cfg.get(key)]
+        if outputs:
+            raise EvaluateConfigError(
+                f"compare= writes the comparison only (compare_output=); drop {', '.join(outputs)}="
+            )
+    elif cfg.get("compare_output"):
+        raise EvaluateConfigError("compare_output= applies with compare=B.jsonl only")
 
 
 def check_run_folder(run_dir: str | Path) -> Path:
@@ -140,14 +161,31 @@ def default_output(predictions: str | Path) -> Path:
     return predictions.with_name(predictions.stem + ".metrics.json")
 
 
+def default_comparison_output(predictions: str | Path, compare: str | Path) -> Path:
+    """Where a comparison goes when `compare_output` is not given: `<predictions stem>.vs.<compare stem>.json`
+    beside the predictions."""
+    predictions = Path(predictions)
+    return predictions.with_name(f"{predictions.stem}.vs.{Path(compare).stem}.json")
+
+
+BOOTSTRAP_NOTE = (
+    "[low, high]: {confidence:.0%} percentile-bootstrap interval over questions (MuSiQue-Full: twin pairs; DiRe: "
+    "questions with their probes), {resamples} resamples, seed {seed}"
+)
+PER_HOP_NOTE = "; the per-hop ones are in the intervals file"
+
+
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    """Score `cfg.predictions` against `cfg.gold` (and DiRe probes with `mode=dire`); write and print metrics. With
+    """Score `cfg.predictions` against `cfg.gold` (and DiRe probes with `mode=dire`); write and print metrics and
+    their intervals. With `compare=`, compare two prediction files instead (`compare_predictions`). With
     `run=RUN_DIR`, predict with that trained run first (`musique_models.cli.score_run`)."""
     check_options(cfg)
     if cfg.get("run"):
         from musique_models.cli.score_run import score_run  # loads torch and the models: only when asked
 
         return score_run(cfg)
+    if cfg.get("compare"):
+        return compare_predictions(cfg)
     data_format, paired = gold_layout(cfg)
     min_paragraphs = dire_min_paragraphs(cfg)
     if cfg.mode == "dire":
@@ -158,11 +196,62 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         report = evaluate_files(cfg.predictions, cfg.gold, data_format, paired)
     output = Path(cfg.output) if cfg.output else default_output(cfg.predictions)
     per_question = write_report(report, output, cfg.per_question_output)
+    intervals = report_intervals(report)
+    intervals_output = Path(cfg.get("intervals_output") or intervals_path(output))
+    write_intervals(intervals_output, intervals)
     # plain prints: paths are never wrapped, whatever the terminal's width (they are copied into commands)
     print(f"{cfg.predictions} scored against {cfg.gold}")
-    Console().print(metrics_table(report.metrics, title=f"{cfg.mode} metrics"))
+    Console().print(metrics_table(report.metrics, title=f"{cfg.mode} metrics", intervals=intervals))
+    print(BOOTSTRAP_NOTE.format(**bootstrap_settings()) + PER_HOP_NOTE)
     for line in report.warnings:
         print(f"warning: {line}")
     print_dire_skips(report.metrics, min_paragraphs)
-    print(f"metrics: {output}\nper-question scores: {per_question}")
+    print(f"metrics: {output}\nper-question scores: {per_question}\nintervals: {intervals_output}")
     return report.metrics
+
+
+def compare_predictions(cfg: DictConfig) -> dict[str, float]:
+    """Score `cfg.predictions` and `cfg.compare` against `cfg.gold` and test each metric's difference (paired
+    bootstrap over the same questions); print the comparison and write it as JSON (`compare_output`). Returns the
+    first file's metrics."""
+    data_format, paired = gold_layout(cfg)
+    first = evaluate_files(cfg.predictions, cfg.gold, data_format, paired)
+    second = evaluate_files(cfg.compare, cfg.gold, data_format, paired)
+    tests = paired_metric_tests(first.per_question, second.per_question)
+    output = Path(cfg.get("compare_output") or default_comparison_output(cfg.predictions, cfg.compare))
+    settings = bootstrap_settings()
+    write_json(
+        output,
+        {
+            "predictions": str(cfg.predictions),
+            "compare": str(cfg.compare),
+            "gold": str(cfg.gold),
+            "bootstrap": {**settings, "p_value": "two-sided paired bootstrap"},
+            "metrics": {
+                name: {
+                    "predictions": first.metrics[name],
+                    "compare": second.metrics[name],
+                    "difference": test.difference.mean,
+                    "low": test.difference.low,
+                    "high": test.difference.high,
+                    "p_value": test.p_value,
+                    "count": test.count,
+                }
+                for name, test in tests.items()
+            },
+        },
+    )
+    labels = [Path(cfg.predictions).stem, Path(cfg.compare).stem]
+    if labels[0] == labels[1]:
+        labels = ["predictions", "compare"]
+    print(f"{cfg.predictions} and {cfg.compare} scored against {cfg.gold}")
+    Console().print(comparison_table(first.metrics, second.metrics, tests, labels))
+    print(
+        BOOTSTRAP_NOTE.format(**settings) + f"; {labels[0]} - {labels[1]} with its paired interval; p: two-sided "
+        "paired bootstrap"
+    )
+    for label, report in zip(labels, (first, second), strict=True):
+        for line in report.warnings:
+            print(f"warning ({label}): {line}")
+    print(f"comparison: {output}")
+    return first.metrics

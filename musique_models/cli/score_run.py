@@ -8,8 +8,9 @@ never training), write the official prediction file and score it; `mode=dire` ad
     python evaluate.py run=RUN_DIR mode=dire dire_min_paragraphs=5 # DiRe without questions of < 5 paragraphs
 
 Everything goes to `output` (default `RUN_DIR/evaluations/<dataset>-<split>[-dire-<partition>[-min<N>paragraphs]]/`):
-`predictions.jsonl` (official format, with `predicted_answer_confidence`), `metrics.json` and
-`metrics.per_question.jsonl` (not for an unlabelled split), `scoring.json` (what was predicted: dataset, split,
+`predictions.jsonl` (official format, with `predicted_answer_confidence`), `metrics.json`,
+`metrics.per_question.jsonl` and `metrics.intervals.json` (each metric's bootstrap interval; none of them for an
+unlabelled split), `scoring.json` (what was predicted: dataset, split,
 shipped sample or not, `eval_size`, rows, mode, partition, `dire_min_paragraphs`), the recipe's side files (`selector_ranking.json`,
 `decompositions.jsonl`, `steps.jsonl`), and with `mode=dire` the probe file in the dataset's own format
 (`probe.jsonl` / `probe.json`), `probe_predictions.jsonl` and the probe's side files under `probe/`.
@@ -26,7 +27,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from musique_models.cli.evaluate import check_run_folder, dire_min_paragraphs, print_dire_skips
+from musique_models.cli.evaluate import (
+    BOOTSTRAP_NOTE,
+    PER_HOP_NOTE,
+    check_run_folder,
+    dire_min_paragraphs,
+    print_dire_skips,
+)
 from musique_models.cli.train import (
     evaluation_subset,
     instantiate_recipe,
@@ -41,10 +48,14 @@ from musique_models.evaluation.evaluator import (
     EvaluationReport,
     dire_report,
     evaluate_predictions,
+    intervals_path,
     metrics_table,
+    report_intervals,
+    write_intervals,
     write_report,
 )
 from musique_models.evaluation.gold import gold_from_example
+from musique_models.evaluation.intervals import bootstrap_settings
 from musique_models.evaluation.predictions import Prediction, ProbePrediction, read_predictions, write_predictions
 from musique_models.io import write_json
 from musique_models.recipes.base import Predictor
@@ -159,6 +170,7 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
             return {}
         check_prediction_ids(predictions_path, table)
         (output_dir / METRICS_FILE).unlink(missing_ok=True)  # nothing is scored: no figures, never stale ones
+        intervals_path(output_dir / METRICS_FILE).unlink(missing_ok=True)
         write_json(output_dir / SCORING_FILE, scoring)
         print(
             f"{source.name} {split} is unlabelled: NOT scored. The official prediction file ({len(table)} rows, "
@@ -174,13 +186,20 @@ def score_run(cfg: DictConfig) -> dict[str, float]:
         report = evaluate_predictions(golds, predictions, paired=bool(source.paired))
     report.metrics.update(extra_metrics)
     per_question = write_report(report, output_dir / METRICS_FILE)
+    intervals = report_intervals(report)
+    write_intervals(intervals_path(output_dir / METRICS_FILE), intervals)
     write_json(output_dir / SCORING_FILE, scoring)
-    Console().print(metrics_table(report.metrics, title=f"{run.cfg.model_name} on {source.name} {split}"))
+    title = f"{run.cfg.model_name} on {source.name} {split}"
+    Console().print(metrics_table(report.metrics, title=title, intervals=intervals))
+    print(BOOTSTRAP_NOTE.format(**bootstrap_settings()) + PER_HOP_NOTE)
     for line in report.warnings:
         print(f"warning: {line}")
     if cfg.mode == "dire":
         print_dire_skips(report.metrics, min_paragraphs)
-    print(f"metrics: {output_dir / METRICS_FILE}\nper-question scores: {per_question}")
+    print(
+        f"metrics: {output_dir / METRICS_FILE}\nper-question scores: {per_question}\n"
+        f"intervals: {intervals_path(output_dir / METRICS_FILE)}"
+    )
     return report.metrics
 
 

@@ -23,9 +23,10 @@ from musique_models.report.tables import (
     markdown_table,
     per_hop_markdown,
     reference_markdown,
+    significance_markdown,
 )
 
-REPORT_FILES = ("table.md", "table.tex", "per_hop.md", "dire.md", "paper.md", "report.png")
+REPORT_FILES = ("table.md", "table.tex", "per_hop.md", "dire.md", "significance.md", "paper.md", "report.png")
 
 
 def default_out_dir() -> Path:
@@ -55,7 +56,8 @@ def collect_runs(
 
 
 def write_report(runs: Sequence[RunRecord], out_dir: str | Path, paper_file: str | Path = PAPER_RESULTS) -> Path:
-    """Write table.md, table.tex, per_hop.md, dire.md, paper.md and report.png into `out_dir` (each atomically)."""
+    """Write table.md, table.tex, per_hop.md, dire.md, significance.md, paper.md and report.png into `out_dir` (each
+    atomically)."""
     out_dir = Path(out_dir)
     paper = load_paper_results(paper_file)
     groups = group_runs(runs)
@@ -64,6 +66,7 @@ def write_report(runs: Sequence[RunRecord], out_dir: str | Path, paper_file: str
         "table.tex": latex_table(groups, paper),
         "per_hop.md": per_hop_markdown(groups, paper),
         "dire.md": dire_markdown(groups, paper),
+        "significance.md": significance_markdown(groups),
         "paper.md": reference_markdown(paper),
     }
     for name, text in texts.items():

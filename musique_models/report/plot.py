@@ -1,5 +1,6 @@
 """report.png: bars of An and Sp per run group (system, dataset and what sets the group apart), each bar labelled
-with its value; a zero is drawn as a visible zero and a missing score as "n/a"; the paper's figures as diamonds
+with its value and its error bar the 95% bootstrap interval over questions (the std over seeds for runs without
+per-question scores); a zero is drawn as a visible zero and a missing score as "n/a"; the paper's figures as diamonds
 beside the groups comparable with the paper (hollow: the official repository's MuSiQue-Full dev scores) and the
 paper's human score (Table 4, dev) as a dashed line across each of their bars."""
 
@@ -11,10 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from musique_models.evaluation.intervals import CONFIDENCE, Interval
 from musique_models.io import atomic_open
 from musique_models.report.groups import RunGroup
 from musique_models.report.paper import HUMAN_SCORE, PaperFigures
 from musique_models.report.tables import DATASET_LABELS, METRIC_KEYS, mean_std
+from musique_models.report.uncertainty import group_intervals
 
 FIGURE_INCHES = (12, 5)
 FIGURE_DPI = 100
@@ -26,6 +29,14 @@ ZERO_BAR = 0.6
 # Characters of tick label that fit across the figure's width at the ticks' font size: a group's label wraps
 # at its share of them.
 TICK_CHARACTERS = 180
+
+
+def error_bar(mean: float, std: float | None, interval: Interval | None) -> tuple[float, float]:
+    """How far the error bar of a bar at `mean` (x100) reaches below and above it: to the ends of the interval
+    over questions where there is one, else the std over seeds (0 for one seed)."""
+    if interval is None:
+        return std or 0.0, std or 0.0
+    return max(0.0, mean - 100 * interval.low), max(0.0, 100 * interval.high - mean)
 
 
 def plot_report(groups: Sequence[RunGroup], paper: PaperFigures, path: str | Path) -> None:
@@ -53,7 +64,9 @@ def draw_report(axes: Any, groups: Sequence[RunGroup], paper: PaperFigures) -> N
     legend = [Patch(facecolor=f"C{offset}", edgecolor="black", label=m) for offset, m in enumerate(PLOTTED_METRICS)]
     labels = []
     drew_paper = drew_repository = drew_human = False
+    drew_interval = False
     for position, group in enumerate(groups):
+        intervals = group_intervals(group)
         label = f"{group.row_label}, {DATASET_LABELS.get(group.dataset, group.dataset)}"
         labels.append(textwrap.fill(label, width=max(12, TICK_CHARACTERS // max(1, len(groups)))))
         for offset, metric in enumerate(PLOTTED_METRICS):
@@ -62,8 +75,10 @@ def draw_report(axes: Any, groups: Sequence[RunGroup], paper: PaperFigures) -> N
             if values:
                 mean, std = mean_std(values)
                 height = max(mean, ZERO_BAR)
-                axes.bar(x, height, BAR_WIDTH, yerr=std or 0, color=f"C{offset}", edgecolor="black")
-                axes.text(x, height + (std or 0) + 1, f"{mean:.1f}", ha="center", va="bottom", fontsize=7)
+                below, above = error_bar(mean, std, intervals.get(METRIC_KEYS[metric]))
+                drew_interval = drew_interval or METRIC_KEYS[metric] in intervals
+                axes.bar(x, height, BAR_WIDTH, yerr=[[below], [above]], color=f"C{offset}", edgecolor="black")
+                axes.text(x, max(height, mean + above) + 1, f"{mean:.1f}", ha="center", va="bottom", fontsize=7)
             else:
                 axes.text(x, 1, "n/a", ha="center", va="bottom", fontsize=7, color="gray")
             if not group.comparable:  # the paper's figures stand beside runs of its setup only
@@ -97,7 +112,11 @@ def draw_report(axes: Any, groups: Sequence[RunGroup], paper: PaperFigures) -> N
     axes.set_xticks(range(len(groups)), labels, fontsize=7)
     axes.set_ylabel("F1 x 100")
     axes.set_ylim(0, 118)  # room above 100 for the legend, in one row
-    title = "An and Sp per run group (bars: ours, mean ± std over seeds"
+    title = "An and Sp per run group (bars: ours, the mean over seeds; error bars: " + (
+        f"{CONFIDENCE:.0%} bootstrap interval over questions, else ± std over seeds"
+        if drew_interval
+        else "± std over seeds"
+    )
     title += "; diamonds: the paper" * (drew_paper or drew_repository) + "; dashed: the human score" * drew_human
     axes.set_title(title + ")")
     axes.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=8)

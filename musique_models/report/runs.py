@@ -18,6 +18,7 @@ from musique_models.run_files import (
     CONFIG_FILE,
     EVALUATIONS_FOLDER,
     METRICS_FILE,
+    PER_QUESTION_FILE,
     PREDICTIONS_FILE,
     PROVENANCE_FILE,
     SCORING_FILE,
@@ -45,9 +46,10 @@ class RunRecord:
     """One finished run: where it comes from, the paper row and dataset it belongs to, its scores, its resolved
     config and its provenance (`provenance.json`; empty for runs made before runs recorded it), and when it was
     made (seconds since the epoch: a run folder's metrics file, a wandb run's start; 0 when unknown), which decides
-    which of a repeated seed's runs counts. Run folders only: `dire_source`, the `evaluations/` folder the DiRe
-    metrics come from; `leaderboard_files`, dataset -> the MuSiQue test-set prediction file that
-    `evaluate.py run=RUN split=test` wrote."""
+    which of a repeated seed's runs counts. Run folders only: `per_question_file`, the run's per-question scores
+    (None for a run written before runs kept them); `dire_source`, the `evaluations/` folder the DiRe metrics
+    (and their per-question scores) come from; `leaderboard_files`, dataset -> the MuSiQue test-set prediction file
+    that `evaluate.py run=RUN split=test` wrote."""
 
     source: str
     system: str
@@ -59,8 +61,16 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     made_at: float = 0.0
+    per_question_file: str | None = None
     dire_source: str | None = None
     leaderboard_files: dict[str, LeaderboardFile] = field(default_factory=dict)
+
+    @property
+    def dire_per_question_file(self) -> str | None:
+        """The per-question scores of the DiRe scoring (None without one, or one written before they were kept)."""
+        if self.dire_source is None or not (Path(self.dire_source) / PER_QUESTION_FILE).is_file():
+            return None
+        return str(Path(self.dire_source) / PER_QUESTION_FILE)
 
 
 @dataclass(frozen=True)
@@ -200,6 +210,8 @@ def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list
                 warnings.append(no_row_warning(folder, config))
                 continue
             record.dire_source = str(dire_path.parent) if dire_path else None
+            if (folder / PER_QUESTION_FILE).is_file():
+                record.per_question_file = str(folder / PER_QUESTION_FILE)
             record.leaderboard_files = leaderboard_files(folder)
             records.append(record)
     return records, warnings

@@ -1,6 +1,8 @@
 """The report's tables: the paper's layout (table.md, table.tex), every metric per hop (per_hop.md), DiRe beside the
-original scores (dire.md). Rows are groups of runs that differ only in the seed (`musique_models.report.groups`):
-mean ± std over seeds; only groups comparable with the paper are set beside its figures."""
+original scores (dire.md), paired tests between groups (significance.md). Rows are groups of runs that differ only
+in the seed (`musique_models.report.groups`): mean, its interval over questions where the runs kept per-question
+scores (`musique_models.report.uncertainty`), ± std over seeds; only groups comparable with the paper are set beside
+its figures."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from musique_models.evaluation.evaluator import format_p_value
+from musique_models.evaluation.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, Interval, PairedTest
 from musique_models.report.groups import RunGroup, backbones
 from musique_models.report.paper import HUMAN_SCORE, HUMAN_UPPER_BOUND, PaperFigure, PaperFigures
 from musique_models.report.runs import RunRecord
+from musique_models.report.uncertainty import INTERVAL_CONVENTION, group_intervals, group_tests
 from musique_models.systems import system_rank
 
 DATASET_LABELS = {
@@ -51,12 +56,21 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
     return statistics.fmean(scaled), (statistics.stdev(scaled) if len(scaled) > 1 else None)
 
 
-def format_ours(values: Sequence[float], plus_minus: str = "±") -> str:
-    """`12.3` for one run, `12.3 ± 1.2 (n=3)` for several, `–` for none."""
+def format_ours(values: Sequence[float], interval: Interval | None = None, latex: bool = False) -> str:
+    """`12.3` for one run, `12.3 ± 1.2 (n=3)` for several, `–` for none; with the group's interval over questions
+    `12.3 [10.1, 14.5]` and `12.3 [10.1, 14.5] ± 1.2 (n=3)` (`INTERVAL_CONVENTION`). `latex`: the interval in
+    small type, `12.3\\,{\\scriptsize [10.1, 14.5]} $\\pm$ 1.2 (n=3)`."""
     if not values:
         return MISSING
     mean, std = mean_std(values)
-    return f"{mean:.1f}" if std is None else f"{mean:.1f} {plus_minus} {std:.1f} (n={len(values)})"
+    text = f"{mean:.1f}"
+    if interval is not None:
+        bounds = f"[{100 * interval.low:.1f}, {100 * interval.high:.1f}]"
+        text += f"\\,{{\\scriptsize {bounds}}}" if latex else f" {bounds}"
+    if std is not None:
+        plus_minus = "$\\pm$" if latex else "±"
+        text += f" {plus_minus} {std:.1f} (n={len(values)})"
+    return text
 
 
 def format_figure(figure: PaperFigure) -> str:
@@ -81,13 +95,15 @@ def format_paper(values: Sequence[float], paper: PaperFigure | None) -> str:
 @dataclass
 class TableRow:
     """A row of table.md: its label and system, whether it is set beside the paper, whether it holds the paper's
-    figures alone (no run of ours comparable with them), and per column (our values, the paper's figure)."""
+    figures alone (no run of ours comparable with them), per column (our values, the paper's figure), and per
+    column the interval over questions of our values (None without per-question scores)."""
 
     label: str
     system: str
     comparable: bool
     paper_only: bool
     cells: list[tuple[list[float], PaperFigure | None]]
+    intervals: list[Interval | None]
 
 
 def _row_order(row: TableRow) -> tuple[int, int, bool, str]:
@@ -106,15 +122,17 @@ def table_rows(groups: Sequence[RunGroup], paper: PaperFigures) -> list[TableRow
     rows = []
     for label, members in by_label.items():
         system, comparable = members[0].system, members[0].comparable
-        cells = []
+        cells, intervals = [], []
         for dataset, metric in COLUMNS:
             values = [v for g in members if g.dataset == dataset for v in g.values(METRIC_KEYS[metric])]
             cells.append((values, paper.main(system, dataset, metric) if comparable else None))
-        rows.append(TableRow(label, system, comparable, False, cells))
+            found = [group_intervals(g).get(METRIC_KEYS[metric]) for g in members if g.dataset == dataset]
+            intervals.append(found[0] if len(found) == 1 else None)
+        rows.append(TableRow(label, system, comparable, False, cells, intervals))
     for system in paper.systems("dev"):
         if system not in comparable_systems:
             cells = [([], paper.main(system, dataset, metric)) for dataset, metric in COLUMNS]
-            rows.append(TableRow(f"{system} {PAPER_ONLY}", system, True, True, cells))
+            rows.append(TableRow(f"{system} {PAPER_ONLY}", system, True, True, cells, [None] * len(COLUMNS)))
     return sorted(rows, key=_row_order)
 
 
@@ -166,8 +184,8 @@ def markdown_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
         rendered = [
             format_paper_only(p)
             if row.paper_only
-            else (f"{format_ours(v)} {format_paper(v, p)}" if row.comparable else format_ours(v))
-            for v, p in row.cells
+            else (f"{format_ours(v, i)} {format_paper(v, p)}" if row.comparable else format_ours(v, i))
+            for (v, p), i in zip(row.cells, row.intervals, strict=True)
         ]
         lines.append("| " + " | ".join([row.label, *rendered]) + " |")
     lines += [
@@ -179,6 +197,8 @@ def markdown_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
         "`paper: 47.3`) holds the source's figures for a system that has no run here comparable with them: not a score "
         "of ours. "
         f"musique_models/report/paper_results.yaml gives each figure's source, table and split.",
+        "",
+        INTERVAL_CONVENTION + " significance.md tests the differences between rows on the same questions.",
         "",
         *gap_markdown(groups, paper),
         *hidden_test_markdown(groups, paper),
@@ -276,10 +296,12 @@ def latex_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
     def escape(text: str) -> str:
         return text.replace("&", "\\&").replace("_", "\\_").replace("#", "\\#").replace("%", "\\%")
 
-    def cell(values: list[float], figure: PaperFigure | None, comparable: bool, paper_only: bool) -> str:
+    def cell(
+        values: list[float], figure: PaperFigure | None, interval: Interval | None, comparable: bool, paper_only: bool
+    ) -> str:
         if paper_only:
             return format_paper_only(figure).replace("–", "--").replace(REPOSITORY_MARK, "$^\\dagger$")
-        ours = format_ours(values, plus_minus="$\\pm$").replace("–", "--")
+        ours = format_ours(values, interval, latex=True).replace("–", "--")
         if not comparable:
             return ours
         paper_text = format_paper(values, figure).replace("–", "--").replace(REPOSITORY_MARK, "$^\\dagger$")
@@ -299,9 +321,12 @@ def latex_table(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
         "\\midrule",
     ]
     for row in table_rows(groups, paper):
-        cells = " & ".join(cell(v, p, row.comparable, row.paper_only) for v, p in row.cells)
+        cells = " & ".join(
+            cell(v, p, i, row.comparable, row.paper_only) for (v, p), i in zip(row.cells, row.intervals, strict=True)
+        )
         lines.append(escape(row.label) + " & " + cells + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}", *("% " + escape(line) for line in legend(groups) if line), ""]
+    lines += ["\\bottomrule", "\\end{tabular}", "% " + escape(INTERVAL_CONVENTION)]
+    lines += [*("% " + escape(line) for line in legend(groups) if line), ""]
     return "\n".join(lines)
 
 
@@ -310,9 +335,10 @@ def _metric_names(metrics: dict[str, float]) -> list[str]:
 
 
 def per_hop_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
-    """per_hop.md: the paper's per-hop figures, then every metric by all / 2 / 3 / 4 hops per group (mean ± std
-    over its seeds), with the paper's per-hop figures beside a group comparable with them."""
-    lines = ["# Every metric by hops (x100; counts as numbers)", ""]
+    """per_hop.md: the paper's per-hop figures, then every metric by all / 2 / 3 / 4 hops per group (mean, its
+    interval over questions where the runs kept per-question scores, ± std over its seeds), with the paper's per-hop
+    figures beside a group comparable with them."""
+    lines = ["# Every metric by hops (x100; counts as numbers)", "", INTERVAL_CONVENTION, ""]
     keyed = list(dict.fromkeys((f.system, f.dataset, f.metric) for f in paper if f.hops is not None))
     if keyed:
         lines += [
@@ -344,6 +370,7 @@ def per_hop_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
         lines += [""] if differences else []
         lines += ["| metric | all | 2hop | 3hop | 4hop |", "|---|---|---|---|---|"]
         names = list(dict.fromkeys(name for run in group.runs for name in _metric_names(run.metrics)))
+        intervals = group_intervals(group)
         for name in names:
             cells = []
             for suffix in HOPS:
@@ -351,7 +378,7 @@ def per_hop_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
                 if name.endswith("count") and values:
                     cells.append(f"{statistics.fmean(values):.0f}")
                 else:
-                    cells.append(format_ours(values))
+                    cells.append(format_ours(values, intervals.get(name + suffix)))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
             paper_metric = next((m for m, key in METRIC_KEYS.items() if key == name), None)
             if group.comparable and paper_metric and paper.per_hop(group.system, group.dataset, paper_metric):
@@ -390,9 +417,11 @@ def dire_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
     if not with_dire:
         lines += ["No run has DiRe scores (`python evaluate.py run=RUN mode=dire` writes them).", ""]
     else:
+        lines += [INTERVAL_CONVENTION, ""]
         lines += ["| run group | metric | all | 2hop | 3hop | 4hop |", "|---|---|---|---|---|---|"]
         for group in with_dire:
             scored = [run for run in group.runs if run.dire_metrics]
+            intervals = group_intervals(group, dire=True)
             label = f"{group.row_label}, {DATASET_LABELS.get(group.dataset, group.dataset)}"
             for name in DIRE_ROWS:
                 if name == "dire_skipped_count" and not any(name in r.dire_metrics for r in scored):
@@ -402,7 +431,8 @@ def dire_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
                     # the DiRe scoring's own metrics, original scores included: the same questions as its DiRe's
                     values = [v for v in (r.dire_metrics.get(name + suffix) for r in scored) if v is not None]
                     is_count = name.endswith("count") and values
-                    cells.append(f"{statistics.fmean(values):.0f}" if is_count else format_ours(values))
+                    interval = intervals.get(name + suffix)
+                    cells.append(f"{statistics.fmean(values):.0f}" if is_count else format_ours(values, interval))
                 lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
                 paper_metric = DIRE_PAPER_METRICS.get(name)
                 figure = paper.main(group.system, group.dataset, paper_metric) if paper_metric else None
@@ -433,6 +463,62 @@ def dire_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def significance_markdown(groups: Sequence[RunGroup]) -> str:
+    """significance.md: for every two groups on one dataset scored on the same questions, each of the paper's
+    metrics of that dataset: both means, the difference with its paired interval, the p-value, n; then the pairs
+    of groups that could not be compared, and why."""
+    lines = [
+        "# Paired tests between run groups (F1 x 100, dev split)",
+        "",
+        "Every two run groups on one dataset whose runs were scored on the same questions are compared metric by "
+        "metric: A and B are the groups' means over their seeds, A - B their difference with its "
+        f"{CONFIDENCE:.0%} paired percentile-bootstrap interval over questions (each resample draws the same "
+        "questions, MuSiQue-Full: the same twin pairs, for every run of both groups), and p the two-sided "
+        "paired-bootstrap p-value, 2 min(share of resampled differences <= 0, share >= 0) with (k + 1) / "
+        f"(resamples + 1) shares, never below {2 / (BOOTSTRAP_RESAMPLES + 1):.4f}; {BOOTSTRAP_RESAMPLES} "
+        f"resamples, seed {BOOTSTRAP_SEED}. n: questions (MuSiQue-Full: twin pairs).",
+        "",
+    ]
+    not_compared = []
+    datasets = list(dict.fromkeys(group.dataset for group in groups))
+    for dataset in datasets:
+        members = [group for group in groups if group.dataset == dataset]
+        metrics = [metric for d, metric in COLUMNS if d == dataset] or ["An", "Sp"]
+        label = DATASET_LABELS.get(dataset, dataset)
+        rows = []
+        for index, first in enumerate(members):
+            for second in members[index + 1 :]:
+                tests = group_tests(first, second, [METRIC_KEYS[metric] for metric in metrics])
+                if isinstance(tests, str):
+                    not_compared.append(f"- {first.row_label} and {second.row_label} ({label}): {tests}")
+                    continue
+                for metric in metrics:
+                    test = tests.get(METRIC_KEYS[metric])
+                    if test is not None:
+                        rows.append(_significance_row(first, second, metric, test))
+        if rows:
+            lines += [
+                f"## {label}",
+                "",
+                "| A | B | metric | A mean | B mean | A - B | p | n |",
+                "|---|---|---|---|---|---|---|---|",
+                *rows,
+                "",
+            ]
+    if not any(line.startswith("## ") for line in lines):
+        lines += ["No two run groups on one dataset could be compared.", ""]
+    if not_compared:
+        lines += ["## Not compared", "", *not_compared, ""]
+    return "\n".join(lines)
+
+
+def _significance_row(first: RunGroup, second: RunGroup, metric: str, test: PairedTest) -> str:
+    means = [format_ours(group.values(METRIC_KEYS[metric])) for group in (first, second)]
+    difference = test.difference.text()
+    cells = [first.row_label, second.row_label, metric, *means, difference, format_p_value(test.p_value)]
+    return "| " + " | ".join([*cells, str(test.count)]) + " |"
 
 
 REFERENCE_TABLES = (

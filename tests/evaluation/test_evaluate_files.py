@@ -203,6 +203,7 @@ def test_evaluate_cli_writes_only_its_outputs_beside_the_predictions(layout: str
     assert json.loads((tmp_path / "preds" / "p.metrics.json").read_text())["group_answer_sufficiency_f1"] == 1.0
     assert sorted(path.name for path in (tmp_path / "preds").iterdir()) == [
         "p.jsonl",
+        "p.metrics.intervals.json",
         "p.metrics.json",
         "p.metrics.per_question.jsonl",
     ]
