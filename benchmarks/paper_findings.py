@@ -58,7 +58,7 @@ from musique_models.evaluation.intervals import (
     Interval,
     bootstrap_interval,
     independent_difference,
-    metric_intervals,
+    metric_intervals_over_seeds,
     paired_difference,
     resampled_statistic,
     result_from_row,
@@ -80,6 +80,8 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 # The paper's rows (its `paper_results.yaml` system keys) of the systems this benchmark trains.
 PAPER_SYSTEMS = {"SA": "SA", "EE": "EE", "C-only": "C-only", "1-Para": "1-Para", "Q-only": "Q-only"}
 DATASET_LABELS = {"musique_ans": "MuSiQue-Ans", "hotpotqa_20k": "HotpotQA", "2wiki_20k": "2Wiki"}
+# Where the MuSiQue-Full run's scores of the real (unpaired) MuSiQue-Full questions go, in its evaluations/.
+REAL_FULL_FOLDER = "musique_full-real-unpaired"
 HOLDS, DOES_NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 
 
@@ -278,7 +280,7 @@ def dire_job(config: dict[str, Any], out: Path, sides: Sides, seed: int) -> Job:
 def real_full_job(config: dict[str, Any], out: Path, sides: Sides, system: str, seed: int) -> Job:
     """The MuSiQue-Full run scored on the real MuSiQue-Full dev questions, which come unpaired."""
     run_dir = run_folder(out, "musique_full", system, _own_size(config, sides), seed)
-    output = run_dir / EVALUATIONS_FOLDER / "musique_full-real-unpaired"
+    output = run_dir / EVALUATIONS_FOLDER / REAL_FULL_FOLDER
     command = [
         sys.executable,
         str(PROJECT_ROOT / "evaluate.py"),
@@ -800,19 +802,18 @@ class Results:
         return rows
 
     def full_rows(self) -> dict[str, Any]:
-        """SA on MuSiQue-Full: on the pairs made from the real held-out questions, and on the real unpaired ones."""
+        """SA on MuSiQue-Full: on the pairs made from the real held-out questions, and on the real unpaired ones
+        (several seeds: every seed on the same resampled units, averaged)."""
         runs = self.runs("musique_full", "SA")
         if runs is None:
             return {}
-        rows = runs.rows()[0]
         figures: dict[str, Any] = {
-            "pairs": {n: as_dict(i) for n, i in metric_intervals(rows, **self.bootstrap).items()}
+            "pairs": {n: as_dict(i) for n, i in metric_intervals_over_seeds(runs.rows(), **self.bootstrap).items()}
         }
-        real = runs.folders[0] / EVALUATIONS_FOLDER / "musique_full-real-unpaired" / PER_QUESTION_FILE
-        if real.is_file():
-            figures["real_unpaired"] = {
-                n: as_dict(i) for n, i in metric_intervals(read_rows(real), **self.bootstrap).items()
-            }
+        real = str(Path(EVALUATIONS_FOLDER) / REAL_FULL_FOLDER / PER_QUESTION_FILE)
+        if all((folder / real).is_file() for folder in runs.folders):
+            intervals = metric_intervals_over_seeds(runs.rows(real), **self.bootstrap)
+            figures["real_unpaired"] = {n: as_dict(i) for n, i in intervals.items()}
         return figures
 
     def curve_rows(self) -> dict[str, dict[str, Any]]:
