@@ -87,6 +87,12 @@ def run_status(run_dir: str | Path) -> dict[str, Any] | None:
     return status if isinstance(status, dict) else None
 
 
+def is_finished(run_dir: str | Path) -> bool:
+    """Whether the run in `run_dir` finished: its status says so and its metrics are written."""
+    status = run_status(run_dir)
+    return status is not None and status.get("status") == "finished" and (Path(run_dir) / METRICS_FILE).exists()
+
+
 def mark_run_start(run_dir: str | Path) -> None:
     """Give a run folder that holds nothing but Hydra's files the status `starting` (with this attempt's id), the
     moment `train.py` starts: a folder left by an attempt killed in its first seconds is then known as a run's start

@@ -53,6 +53,7 @@ from musique_models.run_files import (
     current_attempt,
     discard_unstarted_run,
     holds_only_this_start,
+    is_finished,
     run_status,
     subsample_ids_file,
 )
@@ -167,12 +168,6 @@ def is_aborted_start(output_dir: Path) -> bool:
     if not (output_dir / STATUS_FILE).exists():
         return False
     return status is None or status.get("attempt") != current_attempt() or bool(status.get("earlier_start"))
-
-
-def is_finished(output_dir: Path) -> bool:
-    """Whether the run in `output_dir` finished: its status says so and its metrics are written."""
-    status = run_status(output_dir)
-    return status is not None and status.get("status") == "finished" and (output_dir / METRICS_FILE).exists()
 
 
 def damaged_best_checkpoints(output_dir: Path) -> list[str]:

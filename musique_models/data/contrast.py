@@ -12,7 +12,6 @@ official MuSiQue-Full.
 from __future__ import annotations
 
 import argparse
-import functools
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -31,24 +30,28 @@ class ContrastError(MusiqueModelsError, ValueError):
     """A question that cannot get an unanswerable contrast (no supporting paragraph, or no fitting distractor)."""
 
 
-def _words(text: str) -> frozenset[str]:
-    return frozenset(_WORD.findall(text.lower()))
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _paragraph_words(title: str, text: str) -> frozenset[str]:
-    """A candidate distractor's words: the same paragraphs are candidates of many contrasts."""
-    return _words(title + " " + text)
+def pool_words(distractor_pool: Sequence[Paragraph]) -> list[set[str]]:
+    """Each pool paragraph's words (title and text), computed once for every contrast drawn from the pool."""
+    return [_words(paragraph.title + " " + paragraph.text) for paragraph in distractor_pool]
 
 
-def make_contrast(example: Example, distractor_pool: Sequence[Paragraph], rng: random.Random) -> Example:
+def make_contrast(
+    example: Example,
+    distractor_pool: Sequence[Paragraph],
+    rng: random.Random,
+    words: Sequence[set[str]] | None = None,
+) -> Example:
     """The unanswerable twin of `example`: one hop's supporting paragraph swapped for a pool distractor.
 
     The hop is a decomposition step with a supporting paragraph, chosen with `rng` (or, for datasets without
     a decomposition such as HotpotQA, one supporting paragraph). The distractor is the pool paragraph, among a
     random sample of candidates, with the largest word overlap with the removed paragraph's title and the
     hop's question, whose title is not already in the context and whose text holds neither the hop's answer
-    nor the question's answer.
+    nor the question's answer. `words`: `pool_words(distractor_pool)`, when several contrasts share the pool.
     """
     steps = [step for step in example.decomposition if step.paragraph_support_idx is not None]
     if steps:
@@ -64,15 +67,18 @@ def make_contrast(example: Example, distractor_pool: Sequence[Paragraph], rng: r
     titles_in_context = {paragraph.title for paragraph in example.paragraphs}
     target_words = _words(removed.title) | _words(re.sub(r"#\d+", " ", hop_question))
 
-    candidates = rng.sample(distractor_pool, min(_CANDIDATES_PER_CONTRAST, len(distractor_pool)))
+    words = pool_words(distractor_pool) if words is None else words
+    # sampled positions pick the same paragraphs as sampling the pool itself would
+    chosen = rng.sample(range(len(distractor_pool)), min(_CANDIDATES_PER_CONTRAST, len(distractor_pool)))
     best, best_score = None, -1
-    for candidate in candidates:
+    for position in chosen:
+        candidate = distractor_pool[position]
         if candidate.title in titles_in_context:
             continue
         lowered = candidate.text.lower()
         if any(answer in lowered for answer in forbidden):
             continue
-        score = len(target_words & _paragraph_words(candidate.title, candidate.text))
+        score = len(target_words & words[position])
         if score > best_score:
             best, best_score = candidate, score
     if best is None:
@@ -102,9 +108,10 @@ def make_full_pairs(examples: Sequence[Example], seed: int = 13) -> Iterator[tup
     """
     # The example's own paragraphs are in the pool too; make_contrast skips them (their titles are in context).
     pool = [paragraph for example in examples for paragraph in example.paragraphs if not paragraph.is_supporting]
+    words = pool_words(pool)
     for example in examples:
         if example.answerable:
-            yield example, make_contrast(example, pool, random.Random(f"{seed}:{example.id}"))
+            yield example, make_contrast(example, pool, random.Random(f"{seed}:{example.id}"), words)
 
 
 def write_full_style_file(examples: Sequence[Example], output: str | Path, seed: int, source: str) -> int:

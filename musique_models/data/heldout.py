@@ -33,9 +33,10 @@ def question_text(example: Example) -> str:
     return " ".join(example.question.lower().split())
 
 
-def single_hop_ids(example: Example) -> set[str]:
-    """The ids of the single-hop questions a MuSiQue question is composed of (empty for other datasets)."""
-    match = _MUSIQUE_ID.match(example.id)
+def single_hop_ids(example: Example | str) -> set[str]:
+    """The ids of the single-hop questions a MuSiQue question (or question id) is composed of (empty for other
+    datasets)."""
+    match = _MUSIQUE_ID.match(example if isinstance(example, str) else example.id)
     return set(match.group(1).split("_")) if match else set()
 
 
@@ -63,7 +64,7 @@ def dev_folds(examples: Sequence[Example], folds: int, seed: int) -> list[list[E
     sub-question (directly or through others) go to the same fold. Each fold keeps file order."""
     if folds < 1:
         raise ValueError(f"folds must be at least 1, got {folds}")
-    groups = _sharing_groups(examples)
+    groups = sharing_groups(examples)
     random.Random(seed).shuffle(groups)
     assigned: list[list[int]] = [[] for _ in range(folds)]
     for group in sorted(groups, key=len, reverse=True):  # stable: equal sizes keep the shuffled order
@@ -71,7 +72,9 @@ def dev_folds(examples: Sequence[Example], folds: int, seed: int) -> list[list[E
     return [[examples[index] for index in sorted(fold)] for fold in assigned]
 
 
-def _sharing_groups(examples: Sequence[Example]) -> list[list[int]]:
+def sharing_groups(examples: Sequence[Example | str]) -> list[list[int]]:
+    """The positions of `examples` (or question ids) in groups of questions that share a single-hop sub-question,
+    directly or through others (every other question a group of its own), each in order."""
     parent = list(range(len(examples)))
 
     def root(index: int) -> int:
@@ -106,7 +109,9 @@ def check_disjoint(train: Iterable[Example], evaluation: Iterable[Example], what
     """Raise `HeldoutOverlapError` naming what `train` and `evaluation` share (`what` names the comparison)."""
     shared = overlap(train, evaluation)
     if any(shared.values()):
-        found = "; ".join(f"{len(values)} {kind} ({', '.join(values[:3])})" for kind, values in shared.items() if values)
+        found = "; ".join(
+            f"{len(values)} {kind} ({', '.join(values[:3])})" for kind, values in shared.items() if values
+        )
         raise HeldoutOverlapError(f"{what}: the training and evaluation questions share {found}")
 
 
@@ -116,6 +121,4 @@ def without(examples: Iterable[Example], excluded: Iterable[Example]) -> list[Ex
     ids = {e.id for e in excluded}
     texts = {question_text(e) for e in excluded}
     hops = set().union(*map(single_hop_ids, excluded)) if excluded else set()
-    return [
-        e for e in examples if e.id not in ids and question_text(e) not in texts and not (single_hop_ids(e) & hops)
-    ]
+    return [e for e in examples if e.id not in ids and question_text(e) not in texts and not (single_hop_ids(e) & hops)]

@@ -496,21 +496,3 @@ def resampled_statistic(
     if math.isnan(point) or np.isnan(replicates).any():
         return Interval(point, -math.inf, math.inf, count, confidence)
     return _interval(point, replicates, count, confidence)
-
-
-def independent_difference(
-    first: Sequence[float],
-    second: Sequence[float],
-    confidence: float = CONFIDENCE,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> Interval:
-    """mean(`first`) - mean(`second`) of two sets of questions that are not the same (two datasets, two hop
-    buckets), each resampled on its own, and its percentile-bootstrap interval."""
-    return resampled_statistic(
-        [[[value] for value in first], [[value] for value in second]],
-        lambda means: float(means[0][0] - means[1][0]),
-        confidence,
-        resamples,
-        seed,
-    )

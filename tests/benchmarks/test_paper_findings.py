@@ -104,43 +104,90 @@ def _row(index: int, answer_f1: float, hops: int = 2) -> dict:
     }
 
 
+def _full_rows(index: int, answer_f1: float, both_right: bool) -> list[dict]:
+    answerable = _row(index, answer_f1) | {"counts_toward": ["answer", "support", "answerability", "pair"]}
+    contrast = answerable | {"answerable": False, "predicted_answerable": not both_right}
+    contrast["counts_toward"] = ["answerability", "pair"]
+    return [answerable, contrast]
+
+
 def test_findings_are_computed_from_the_runs_per_question_files(tmp_path: Path) -> None:
     config = findings.load_config()
-    sides = {"musique_ans": findings.Sides("musique_ans", "musique", tmp_path, tmp_path, {"train": 200})}
+    sides = {
+        name: findings.Sides(name, "musique", tmp_path, tmp_path, {"train": train})
+        for name, train in (("musique_ans", 200), ("hotpotqa_20k", 226), ("musique_full", 400))
+    }
     # SA answers the 2-hop half right and the rest wrong; Q-only answers nothing; the selector ranks the gold first
     sa_rows = [_row(i, 1.0 if i < 20 else 0.0, hops=2 if i < 20 else 3) for i in range(40)]
     rankings = [{"id": f"q{i}", "ranking": [0, 1, *range(2, 20)]} for i in range(40)]
     _run(findings.run_folder(tmp_path, "musique_ans", "SA", 200, 42), sa_rows, rankings)
     _run(findings.run_folder(tmp_path, "musique_ans", "Q-only", 200, 42), [_row(i, 0.0) for i in range(40)])
+    # on HotpotQA SA answers nothing: Q-only's ratio to it is undefined
+    _run(findings.run_folder(tmp_path, "hotpotqa_20k", "SA", 226, 42), [_row(i, 0.0) for i in range(40)], rankings)
+    _run(findings.run_folder(tmp_path, "hotpotqa_20k", "Q-only", 226, 42), [_row(i, 0.5) for i in range(40)])
+    # on MuSiQue-Full pairs, SA gets both answerabilities right on the first 10 pairs only
+    full_rows = [row for i in range(40) for row in _full_rows(i, 1.0 if i < 20 else 0.0, both_right=i < 10)]
+    _run(findings.run_folder(tmp_path, "musique_full", "SA", 400, 42), full_rows)
     results = findings.Results(config, tmp_path, sides, [42])
-    [sa_vs_q_only] = results.musique_findings()
-    assert sa_vs_q_only.claim == "SA's An is above Q-only's on MuSiQue-Ans"
+
+    musique = {finding.claim: finding for finding in results.musique_findings()}
+    sa_vs_q_only = musique["SA's An is above Q-only's on MuSiQue-Ans"]
     assert sa_vs_q_only.difference.mean == pytest.approx(0.5) and sa_vs_q_only.verdict == "holds"
     assert "SA 47.3, Q-only 4.6 (Table 4, dev)" in sa_vs_q_only.paper
-    [hops, *_] = results.hop_findings()
+    one_para = musique["SA's An is above 1-Para's on MuSiQue-Ans"]
+    assert one_para.verdict == "not checked" and "runs/musique_ans/1-para-n200-s42" in one_para.measured
+    [hops] = results.hop_findings()
     assert hops.difference.mean == pytest.approx(1.0) and hops.difference.low == pytest.approx(1.0)
-    [selector] = results.selector_findings()
-    assert selector.difference.mean == pytest.approx(1 - 2 / 20) and selector.verdict == "holds"
-    assert "a random ranking's 10.0" in selector.measured
+    selector = {finding.claim: finding for finding in results.selector_findings()}
+    [musique_selector] = [f for claim, f in selector.items() if "MuSiQue-Ans" in claim]
+    assert musique_selector.difference.mean == pytest.approx(1 - 2 / 20) and musique_selector.verdict == "holds"
+    assert "a random ranking's 10.0" in musique_selector.measured
+    an_sf, sp_sf = results.full_findings()
+    # An+Sf: 1 on the 10 pairs judged right, 0 elsewhere; An: 1 on the first 20 questions: -10/40 on average
+    assert an_sf.difference.mean == pytest.approx(-0.25) and an_sf.verdict == "holds"
+    q_only_hotpotqa = next(
+        f for f in results.artifact_findings() if f.claim.startswith("Q-only") and "HotpotQA" in f.claim
+    )
+    assert (
+        q_only_hotpotqa.verdict == "inconclusive at this scale"
+        and "undefined (SA's mean is 0)" in q_only_hotpotqa.measured
+    )
+    saved = findings.as_dict(q_only_hotpotqa.difference)
+    assert saved["unbounded"] and saved["low"] is None and json.loads(json.dumps(saved, allow_nan=False)) == saved
+    assert "unbounded" in findings.cell(saved)
+
+
+def test_questions_sharing_a_sub_question_are_resampled_together(tmp_path: Path) -> None:
+    results = findings.Results(findings.load_config(), tmp_path, {}, [42])
+    values = {"2hop__1_2": 1.0, "2hop__2_3": 0.0, "3hop1__4_5_6": 1.0, "2hop__7_8": 0.5}
+    units = results.units([values])
+    assert sorted(units) == [[0.5, 1.0], [1.0, 1.0], [1.0, 2.0]]  # the first two share sub-question 2
+    interval = results.mean(values)
+    assert interval.mean == pytest.approx(0.625) and interval.count == 3
 
 
 def test_runs_start_after_what_they_read_and_a_failure_names_its_log(tmp_path: Path) -> None:
     def job(name: str, after: list[str], fail: bool = False) -> findings.Job:
+        """A job whose command writes a finished run folder (or exits 3 having written nothing)."""
         folder = tmp_path / name
-        write = (
-            ""
-            if fail
-            else f"import pathlib; p = pathlib.Path({str(folder)!r}); p.mkdir(); (p / 'status.json').write_text('{{\"status\": \"finished\"}}'); "
+        finish = (
+            f"import pathlib; p = pathlib.Path({str(folder)!r}); p.mkdir(); "
+            "(p / 'status.json').write_text('{\"status\": \"finished\"}'); (p / 'metrics.json').write_text('{}')"
         )
         order = f"open({str(tmp_path / 'order')!r}, 'a').write({name!r})"
-        command = [sys.executable, "-c", write + order]
+        command = [sys.executable, "-c", f"{order}; import sys; sys.exit(3)" if fail else f"{order}; {finish}"]
         return findings.Job(
-            str(folder), command, folder, lambda: findings.finished(folder), [str(tmp_path / a) for a in after]
+            str(folder),
+            command,
+            folder,
+            lambda: findings.is_finished(folder),
+            [str(tmp_path / a) for a in after],
+            f"{name}.train.log",
         )
 
     findings.run_jobs([job("b", ["a"]), job("a", [])], parallel=2, log_dir=tmp_path / "logs")
     assert (tmp_path / "order").read_text() == "ab"
-    with pytest.raises(findings.BenchmarkError, match=r"c failed \(log: .*logs/"):
+    with pytest.raises(findings.BenchmarkError, match=r"c failed with exit status 3 \(log: .*logs/c.train.log\)"):
         findings.run_jobs([job("c", [], fail=True), job("d", ["c"])], parallel=2, log_dir=tmp_path / "logs")
     assert not (tmp_path / "d").exists()
     with pytest.raises(findings.BenchmarkError, match="run its part first"):

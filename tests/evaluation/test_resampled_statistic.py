@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from musique_models.evaluation.intervals import bootstrap_interval, independent_difference, resampled_statistic
+from musique_models.evaluation.intervals import Interval, bootstrap_interval, resampled_statistic
 
 
 def test_one_sample_mean_is_the_bootstrap_interval() -> None:
@@ -17,7 +17,13 @@ def test_one_sample_mean_is_the_bootstrap_interval() -> None:
     assert (alone.low, alone.high) == (plain.low, plain.high) and alone.mean == pytest.approx(plain.mean)
 
 
-def test_an_independent_difference_is_as_wide_as_its_two_sides_together() -> None:
+def independent_difference(first: list[float], second: list[float]) -> Interval:
+    return resampled_statistic(
+        [[[value] for value in first], [[value] for value in second]], lambda means: float(means[0][0] - means[1][0])
+    )
+
+
+def test_a_difference_of_independent_samples_is_as_wide_as_its_two_sides_together() -> None:
     draw = random.Random(5)
     first = [float(draw.random() < 0.6) for _ in range(100)]
     second = [float(draw.random() < 0.3) for _ in range(100)]
