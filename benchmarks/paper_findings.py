@@ -9,7 +9,8 @@ claimed direction), does not hold (it excludes 0 the other way) or inconclusive 
 toward a verdict: the settings are `benchmarks/paper_findings.yaml`, written before any run.
 
 Parts (`--only PART[,PART]`, each on its own; the whole runs them in this order):
-- `systems`: SA, C-only, Q-only, 1-Para and End2End on the real MiniLM, on MuSiQue-Ans, HotpotQA and 2Wiki;
+- `systems`: SA, C-only, Q-only and 1-Para on the real MiniLM, on MuSiQue-Ans, HotpotQA and 2Wiki; `end2end`:
+  End2End on MuSiQue-Ans (the paper's findings that use it are MuSiQue-Ans's);
 - `beam`: Beam SA on MuSiQue-Ans; `llm`: the prompted SmolLM2 over SA's selector (needs `systems`);
 - `dire`: SA's DiRe probes; `full`: SA on MuSiQue-Full pairs made from the real MuSiQue-Ans questions, then on the
   real (unpaired) MuSiQue-Full dev questions;
@@ -75,7 +76,7 @@ from musique_models.run_files import (
 )
 
 CONFIG_FILE = Path(__file__).with_suffix(".yaml")
-PARTS = ("systems", "beam", "llm", "dire", "full", "curves", "findings")
+PARTS = ("systems", "end2end", "beam", "llm", "dire", "full", "curves", "findings")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
 # The paper's rows (its `paper_results.yaml` system keys) of the systems this benchmark trains.
 PAPER_SYSTEMS = {"SA": "SA", "EE": "EE", "C-only": "C-only", "1-Para": "1-Para", "Q-only": "Q-only"}
@@ -322,7 +323,7 @@ def part_jobs(part: str, config: dict[str, Any], out: Path, sides: dict[str, Sid
     spec = config["parts"][part] or {}
     jobs: list[Job] = []
     for seed in seeds:
-        if part in ("systems", "beam", "llm"):
+        if part in ("systems", "end2end", "beam", "llm"):
             jobs += [
                 train_job(config, out, sides[dataset], system, seed)
                 for dataset in spec["datasets"]
