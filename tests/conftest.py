@@ -25,10 +25,11 @@ for _name, _value in {
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
+from collections.abc import Callable, Iterator, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
@@ -51,6 +52,15 @@ TINY_SELECT_ANSWER = [
     "trainer.enable_progress_bar=false",
     ONE_THREAD,
 ]
+
+TORCH_THREADS = torch.get_num_threads()
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads() -> Iterator[None]:
+    """Every test starts with torch's default thread count: a run trained in the test process sets its own."""
+    yield
+    torch.set_num_threads(TORCH_THREADS)
 
 
 @pytest.fixture
