@@ -37,8 +37,9 @@ from musique_models import PROJECT_ROOT  # noqa: E402
 
 SAMPLES = PROJECT_ROOT / "data" / "samples"
 DATASET_CONFIGS = ["musique_ans", "musique_full", "hotpotqa_20k", "2wiki_20k"]
-# A tiny run's thread count: its 64-wide layers gain nothing from a second thread, and a fixed count spares `auto`'s
-# 0.2 s load measurement at every stage. The count changes no result (tests/cli/test_resume.py, which runs `auto`).
+# A tiny run's thread count: its 64-wide layers gain nothing from a second thread (which, on a core another process
+# holds, makes each step many times slower), and a fixed count spares `auto`'s 0.2 s load measurement at every stage.
+# The count changes no result (tests/cli/test_resume.py, which also runs `auto`).
 ONE_THREAD = "trainer.threads=1"
 # A Select+Answer run of a few seconds: tiny random backbone, 6 training and 4 evaluation questions, one epoch each.
 TINY_SELECT_ANSWER = [

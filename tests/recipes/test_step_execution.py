@@ -316,7 +316,7 @@ RESUMABLE_RUN = [
     "model.answerer.micro_batch_size=2",
     "trainer.enable_progress_bar=false",
     "logger=none",
-    "trainer.threads=2",  # not `auto`: a thread count that follows the load would change float rounding
+    ONE_THREAD,
 ]
 
 
