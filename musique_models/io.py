@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -93,12 +94,25 @@ def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
             handle.write(b"\n")
 
 
+# Digests of files this process hashed, by the file's identity and change times: a packaged backbone's weights are
+# checked at every load (MiniLM's 90 MB take a quarter second a time). A write changes the ctime, which no program can
+# set back; a file changed within the last seconds is not kept (timestamps are coarser than the writes can be).
+_DIGESTS: dict[tuple[int, int, int, int, int], str] = {}
+_SETTLED_NS = 2_000_000_000
+
+
 def file_sha256(path: str | Path) -> str:
     """The sha256 of a file's content (hex), read in 4 MiB blocks."""
+    stat = os.stat(path)
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
+    if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _SETTLED_NS:
+        _DIGESTS[key] = digest.hexdigest()
     return digest.hexdigest()
 
 

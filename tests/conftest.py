@@ -25,10 +25,11 @@ for _name, _value in {
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
+from collections.abc import Callable, Iterator, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
@@ -36,6 +37,10 @@ from musique_models import PROJECT_ROOT  # noqa: E402
 
 SAMPLES = PROJECT_ROOT / "data" / "samples"
 DATASET_CONFIGS = ["musique_ans", "musique_full", "hotpotqa_20k", "2wiki_20k"]
+# A tiny run's thread count: its 64-wide layers gain nothing from a second thread (which, on a core another process
+# holds, makes each step many times slower), and a fixed count spares `auto`'s 0.2 s load measurement at every stage.
+# The count changes no result (tests/cli/test_resume.py, which also runs `auto`).
+ONE_THREAD = "trainer.threads=1"
 # A Select+Answer run of a few seconds: tiny random backbone, 6 training and 4 evaluation questions, one epoch each.
 TINY_SELECT_ANSWER = [
     "backbone=tiny",
@@ -46,7 +51,17 @@ TINY_SELECT_ANSWER = [
     "model.selector.max_epochs=1",
     "model.answerer.max_epochs=1",
     "trainer.enable_progress_bar=false",
+    ONE_THREAD,
 ]
+
+TORCH_THREADS = torch.get_num_threads()
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads() -> Iterator[None]:
+    """Every test starts with torch's default thread count: a run trained in the test process sets its own."""
+    yield
+    torch.set_num_threads(TORCH_THREADS)
 
 
 @pytest.fixture

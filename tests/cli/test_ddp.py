@@ -5,10 +5,12 @@ command, ends with exactly the uninterrupted run's predictions (each rank's RNG 
 from __future__ import annotations
 
 import json
+import shlex
 import signal
-import subprocess
+import sys
 from pathlib import Path
 
+from musique_models import PROJECT_ROOT
 from tests.conftest import run_python
 
 RUN = [
@@ -61,7 +63,13 @@ def test_ddp_sim_two_cpu_processes(tmp_path: Path) -> None:
     assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr[-4000:]
     status = json.loads((tmp_path / "stopped/status.json").read_text())
     assert status["status"] == "interrupted" and status["resume_point"] == "selector/checkpoints/last.ckpt"
-    resumed = subprocess.run(status["resume_command"], shell=True, capture_output=True, text=True, check=False)
+    # the printed command (`cd FOLDER && python train.py ...`), run in its folder through the zygote rather than a
+    # fresh interpreter (tests/cli/test_resume.py pastes printed commands into a shell)
+    folder, command = status["resume_command"].split(" && ", 1)
+    python, script, *arguments = shlex.split(command)
+    assert shlex.split(folder) == ["cd", str(PROJECT_ROOT)] and arguments[-1] == "ckpt_path=last"
+    assert (python, script) == (sys.executable, str(PROJECT_ROOT / "train.py"))
+    resumed = run_python(["train.py", *arguments], cwd=PROJECT_ROOT)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "stage selector resumes from" in resumed.stderr + resumed.stdout
     for name in ("predictions.jsonl", "metrics.json"):

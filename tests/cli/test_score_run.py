@@ -24,7 +24,7 @@ from musique_models.data.unlabelled import write_unlabelled
 from musique_models.evaluation.evaluator import evaluate_dire_files
 from musique_models.systems import registry
 from musique_models.training.stage import StageNotFinishedError
-from tests.conftest import SAMPLES, run_python
+from tests.conftest import ONE_THREAD, SAMPLES, run_python
 
 QUESTIONS = 4
 COMMON = [
@@ -33,7 +33,7 @@ COMMON = [
     f"eval_size={QUESTIONS}",
     "trainer.fast_dev_run=true",
     "trainer.enable_progress_bar=false",
-    "trainer.threads=2",
+    ONE_THREAD,
     "logger=none",
 ]
 # (model, dataset, overrides): every model family that answers, each on another dataset, all tiny and random

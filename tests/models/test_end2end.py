@@ -23,7 +23,7 @@ from musique_models.models.end2end import End2EndReader
 from musique_models.recipes.end2end import End2End, in_dataset_order
 from musique_models.training.datamodule import featurize
 from musique_models.training.loaders import PaddingCollator
-from tests.conftest import DATASET_CONFIGS, SAMPLES
+from tests.conftest import DATASET_CONFIGS, ONE_THREAD, SAMPLES
 
 TINY_END2END = [
     "backbone=tiny_longformer",
@@ -31,6 +31,7 @@ TINY_END2END = [
     "dataset.train_size=6",
     "eval_size=4",
     "trainer.enable_progress_bar=false",
+    ONE_THREAD,
     "model.eval_batch_size=4",
 ]
 

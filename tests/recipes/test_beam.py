@@ -19,6 +19,7 @@ from musique_models.features.beam import hop_count
 from musique_models.report.browse import build_page_data
 from musique_models.run_files import PREDICTIONS_FILE, RANKING_FILE
 from tests.cli.test_score_run import compose_cfg
+from tests.conftest import ONE_THREAD
 
 RUN = [
     "model=beam_select_answer",
@@ -30,6 +31,7 @@ RUN = [
     "model.selector.max_epochs=1",
     "model.answerer.max_epochs=1",
     "trainer.enable_progress_bar=false",
+    ONE_THREAD,
     "logger=none",
 ]
 

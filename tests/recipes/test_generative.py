@@ -26,10 +26,12 @@ from musique_models.recipes.reader import reader_monitor
 from musique_models.report.browse import build_page_data
 from musique_models.run_files import EXEMPLARS_FILE, GENERATIONS_FILE, METRICS_FILE, PREDICTIONS_FILE
 from tests.cli.test_score_run import compose_cfg
+from tests.conftest import ONE_THREAD
 
 COMMON = [
     "dataset.sample=true",
     "trainer.enable_progress_bar=false",
+    ONE_THREAD,
     "logger=none",
     "backbone@model.reader.backbone=tiny_llama",
 ]

@@ -16,7 +16,7 @@ from musique_models.features.selector import answer_paragraph_idxs, featurize_se
 from musique_models.models.backbone import load_tokenizer
 from musique_models.recipes.select_answer import SelectAnswer
 from musique_models.training.datamodule import featurize
-from tests.conftest import DATASET_CONFIGS, SAMPLES
+from tests.conftest import DATASET_CONFIGS, ONE_THREAD, SAMPLES
 
 RAW_TRAIN = {
     "musique_ans": SAMPLES / "musique_ans" / "train.json",
@@ -96,6 +96,7 @@ TINY_ONE_PARA = [
     "eval_size=5",
     "trainer.fast_dev_run=true",
     "trainer.enable_progress_bar=false",
+    ONE_THREAD,
     "model.eval_batch_size=64",
     "logger=none",
 ]

@@ -17,7 +17,7 @@ from musique_models.models.backbone import BackboneSpec
 from musique_models.recipes.base import Predictor, Recipe, RunContext
 from musique_models.recipes.question_only import STAGE_NAME, QuestionOnly
 from musique_models.training.stage import StageNotFinishedError
-from tests.conftest import DATASET_CONFIGS
+from tests.conftest import DATASET_CONFIGS, ONE_THREAD
 
 PAPER_EPOCHS = {"musique_ans": 3, "musique_full": 3, "hotpotqa_20k": 10, "2wiki_20k": 10}
 EVAL_QUESTIONS = 4
@@ -29,6 +29,7 @@ TINY_Q_ONLY = [
     "trainer=cpu",
     "trainer.fast_dev_run=true",
     "trainer.enable_progress_bar=false",
+    ONE_THREAD,
     "logger=none",
     "model.eval_batch_size=64",
     "model.answerer.max_answer_tokens=8",

@@ -18,7 +18,7 @@ from musique_models.recipes.end2end import End2End
 from musique_models.recipes.reader import reader_monitor, yes_no_setup
 from musique_models.recipes.select_answer import SELECTOR_MONITOR, SelectAnswer
 from musique_models.training.stage import lightning_trainer_kwargs, stage_callbacks
-from tests.conftest import DATASET_CONFIGS, SAMPLES, TINY_SELECT_ANSWER, run_python
+from tests.conftest import DATASET_CONFIGS, ONE_THREAD, SAMPLES, TINY_SELECT_ANSWER, run_python
 
 MODELS = ["select_answer", "end2end", "c_only"]
 BACKBONES = [
@@ -37,6 +37,7 @@ TINY_RUN = [
     "dataset.train_size=12",
     "eval_size=10",
     "trainer.enable_progress_bar=false",
+    ONE_THREAD,
     "model.eval_batch_size=64",
 ]
 
@@ -126,6 +127,7 @@ def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
             "model.answerer.max_epochs=1",
             "model.answerer.validate=true",
             "trainer.enable_progress_bar=false",
+            ONE_THREAD,
             *common,
         ]
     )

@@ -21,7 +21,7 @@ from musique_models.recipes.decomposer import DECOMPOSER_MONITOR, Decomposer
 from musique_models.recipes.reader import reader_monitor
 from musique_models.recipes.select_answer import SELECTOR_MONITOR
 from musique_models.recipes.step_execution import ExecutedStep, StepExecution, chain_prediction, execute_steps
-from tests.conftest import run_python
+from tests.conftest import ONE_THREAD, run_python
 
 # A world of facts the fake executor knows: question -> (answer, paragraph idx).
 FACTS = {
@@ -143,6 +143,7 @@ TINY_DECOMPOSER = [
     "eval_size=4",
     "trainer.fast_dev_run=true",
     "trainer.enable_progress_bar=false",
+    ONE_THREAD,
     "logger=none",
     "model.decomposer.num_beams=2",
     "model.decomposer.max_target_tokens=40",
@@ -315,7 +316,7 @@ RESUMABLE_RUN = [
     "model.answerer.micro_batch_size=2",
     "trainer.enable_progress_bar=false",
     "logger=none",
-    "trainer.threads=2",  # not `auto`: a thread count that follows the load would change float rounding
+    ONE_THREAD,
 ]
 
 

@@ -17,7 +17,7 @@ from musique_models.cli.score_run import score_run
 from musique_models.cli.train import train
 from musique_models.data.formats import read_examples
 from musique_models.report.browse import DATA_ELEMENT_ID, main, render_page, write_page
-from tests.conftest import SAMPLES
+from tests.conftest import ONE_THREAD, SAMPLES
 
 QUESTIONS = 5
 COMMON = [
@@ -27,7 +27,7 @@ COMMON = [
     f"eval_size={QUESTIONS}",
     "trainer.fast_dev_run=true",
     "trainer.enable_progress_bar=false",
-    "trainer.threads=2",
+    ONE_THREAD,
     "logger=none",
 ]
 RUNS = {

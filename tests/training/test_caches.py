@@ -4,8 +4,11 @@ reuses a stale entry."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
+import os
 import sys
+import time
 from pathlib import Path
 
 import datasets
@@ -13,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
+from musique_models import io as io_module
 from musique_models.data import source as source_module
 from musique_models.data.source import DatasetSource
 from musique_models.features.selector import featurize_selector
@@ -97,3 +101,23 @@ def test_parsed_splits_are_reparsed_when_the_reader_code_changes(tmp_path: Path,
     before = source._cache_path(path, digest)
     monkeypatch.setattr(source_module, "code_fingerprint", lambda *modules: "edited")
     assert source._cache_path(path, digest) != before
+
+
+def test_file_digests_are_remembered_only_for_files_that_did_not_change(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"a" * 1000)
+    first = file_sha256(path)
+    mtime = path.stat().st_mtime_ns
+    path.write_bytes(b"b" * 1000)
+    os.utime(path, ns=(mtime, mtime))  # the same size and mtime, and maybe the same (coarse) ctime: just written
+    assert first != file_sha256(path) == hashlib.sha256(b"b" * 1000).hexdigest()
+    # a file that has not changed for a while is hashed once, then again only once it changed
+    monkeypatch.setattr(io_module, "_SETTLED_NS", -1)
+    hashed = []
+    real = hashlib.sha256
+    monkeypatch.setattr(io_module.hashlib, "sha256", lambda: hashed.append(1) or real())
+    assert file_sha256(path) == file_sha256(path) and len(hashed) == 1
+    time.sleep(0.05)  # past the clock tick of the file's ctime
+    path.write_bytes(b"c" * 1000)
+    os.utime(path, ns=(mtime, mtime))
+    assert file_sha256(path) == real(b"c" * 1000).hexdigest() and len(hashed) == 2

@@ -14,7 +14,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
-from tests.conftest import run_python
+from tests.conftest import ONE_THREAD, run_python
 
 DATASETS = ["musique_ans", "musique_full", "hotpotqa_20k", "2wiki_20k"]
 WITH_DECOMPOSITIONS = ["musique_ans", "musique_full", "2wiki_20k"]  # HotpotQA has none: no EX on it
@@ -64,6 +64,7 @@ def test_the_tiny_paper_grid_runs_every_system_in_one_multirun(tmp_path: Path) -
             "train.py",
             "--multirun",
             "experiment=paper_grid_tiny",
+            ONE_THREAD,
             f"hydra.sweep.dir={sweep_dir}",
             f"paths.cache_dir={tmp_path}/cache",
         ]
@@ -99,6 +100,7 @@ def test_two_optuna_trials_of_the_select_answer_search(tmp_path: Path) -> None:
             "eval_size=3",
             "trainer.fast_dev_run=true",
             "trainer.enable_progress_bar=false",
+            ONE_THREAD,
             "logger=none",
             f"hydra.sweep.dir={sweep_dir}",
             f"paths.cache_dir={tmp_path}/cache",
