@@ -87,6 +87,7 @@ def test_this_process_own_threads_do_not_count_as_load() -> None:
             matrix @ matrix
 
     before = torch.get_num_threads()
+    others = core_load(0.5)  # what other processes keep busy (other jobs on a shared machine), without the worker
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     worker = threading.Thread(target=multiply)
     worker.start()
@@ -97,7 +98,11 @@ def test_this_process_own_threads_do_not_count_as_load() -> None:
         stop.set()
         worker.join()
         torch.set_num_threads(before)
-    assert load is not None and load.busy < 0.5 and load.free == load.cores, load
+    assert others is not None and load is not None
+    # the worker keeps a whole core busy; none of it may count (a margin for the others' load to move)
+    assert load.busy < others.busy + 0.5, (others, load)
+    if others.busy < 0.2:  # an idle machine: every core is free
+        assert load.free == load.cores, load
 
 
 def test_a_fixed_count_is_said_with_its_setting(caplog: pytest.LogCaptureFixture) -> None:
