@@ -731,13 +731,20 @@ class Results:
                 found.append(not_checked(claim, paper, str(missing)))
                 continue
             pairs, questions = self.full_values(full, name), ans.values(name)
+            judged = {row["predicted_answerable"] for rows in full.rows() for row in rows}
+            constant = (
+                f"; the model judged every row {'answerable' if judged.pop() else 'unanswerable'}, so every pair "
+                "scores 0"
+                if len(judged) == 1
+                else ""
+            )
             found.append(
                 Finding(
                     claim=claim,
                     paper=paper,
                     measured=(
                         f"{paired_label} {self.mean(pairs).text()} over {len(pairs)} pairs made from the held-out "
-                        f"questions; {label} {self.mean(questions).text()}"
+                        f"questions; {label} {self.mean(questions).text()}{constant}"
                     ),
                     tested=f"{paired_label} (SA trained on Full pairs) minus {label} (SA trained on Ans), paired by question",
                     difference=self.paired(pairs, questions),
@@ -886,9 +893,18 @@ class Results:
         """Each system's An and Sp on `dataset`'s held-out questions, with intervals and the chance support F1 of
         as many paragraphs as it named."""
         rows = []
+        planned = {
+            system
+            for part, spec in self.config["parts"].items()
+            if part in ("systems", "end2end", "beam", "llm") and dataset in spec["datasets"]
+            for system in spec["systems"]
+        }
         for system in self.config["systems"]:
-            runs = self.finished_runs(dataset, system)
-            if runs is None:
+            try:
+                runs = self.runs(dataset, system)
+            except MissingRuns as missing:
+                if system in planned:
+                    rows.append({"system": system, "not_run": str(missing)})
                 continue
             answer = self.metric(runs, "answer_f1")
             names_support = any(row["predicted_support_idxs"] for rows in runs.rows() for row in rows)
@@ -897,7 +913,7 @@ class Results:
                 {
                     "system": system,
                     "train_questions": _own_size(self.config, self.sides[dataset]),
-                    "questions": answer.count,
+                    "questions": len(runs.values("answer_f1")),
                     "answer_f1": as_dict(answer),
                     "support_f1": as_dict(support) if support else None,
                     "chance_support_f1": 100 * statistics.fmean(self.support_chance(runs).values())
@@ -981,10 +997,15 @@ def cell(figure: dict[str, Any] | None) -> str:
     denominator can be 0."""
     if not figure:
         return "–"
-    mean = "undefined" if figure["mean"] is None else f"{figure['mean']:.1f}"
+    mean = "undefined" if figure["mean"] is None else one_decimal(figure["mean"])
     if figure.get("unbounded"):
         return f"{mean} [unbounded: a resample's SA mean is 0]"
-    return f"{mean} [{figure['low']:.1f}, {figure['high']:.1f}]"
+    return f"{mean} [{one_decimal(figure['low'])}, {one_decimal(figure['high'])}]"
+
+
+def one_decimal(value: float) -> str:
+    """`12.3`; never `-0.0`."""
+    return f"{round(value, 1) + 0.0:.1f}"
 
 
 def collect(results: Results, timings: dict[str, float]) -> dict[str, Any]:
@@ -998,6 +1019,7 @@ def collect(results: Results, timings: dict[str, float]) -> dict[str, Any]:
         },
         "data": json.loads((results.out / "data" / "splits.json").read_text()),
         "findings": [finding.to_dict() for finding in results.findings()],
+        "train_sizes": {dataset: _own_size(results.config, results.sides[dataset]) for dataset in datasets},
         "systems": {dataset: results.system_rows(dataset) for dataset in datasets},
         "per_hop": results.per_hop_rows(),
         "musique_full": results.full_rows(),
@@ -1017,10 +1039,12 @@ def markdown(data: dict[str, Any]) -> str:
         f"over twin pairs); training seeds {', '.join(map(str, data['settings']['seeds']))}. The resampling unit is "
         "the question, except that MuSiQue questions sharing a single-hop sub-question are resampled together "
         "(their scores are not independent). A verdict holds when the tested difference's interval lies on the "
-        "claimed side of 0, does not hold when it lies on the other, and is inconclusive at this scale otherwise. "
-        "Two cautions: with one training seed a verdict is about one trained model per system (`--seeds` adds "
-        f"more), and with {len(data['findings'])} rows at 95% each, about one verdict in twenty can come out wrong "
-        "by chance alone.",
+        "claimed side of 0, does not hold when it lies on the other, and is inconclusive at this scale otherwise; "
+        "a row is not checked when a run or scoring it needs is missing (the row names it). Chance Sp: the expected "
+        "support F1 of naming, at random, as many paragraphs as the system named. Two cautions: with one training "
+        "seed a verdict is about one trained model per system (`--seeds` adds more), and with "
+        f"{sum(f['verdict'] != NOT_CHECKED for f in data['findings'])} checked rows at 95% each, about one verdict "
+        "in twenty can come out wrong by chance alone.",
         "",
         "## Findings",
         "",
@@ -1029,22 +1053,26 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     for finding in data["findings"]:
         lines.append(
-            f"| {finding['claim']} | {finding['paper']} | {finding['measured']} | {finding['tested']}: "
-            f"{cell(finding['difference'])} | **{finding['verdict']}** |"
+            f"| {finding['claim']} | {finding['paper']} | {finding['measured']} | "
+            + (f"{finding['tested']}: {cell(finding['difference'])}" if finding["difference"] else "–")
+            + f" | **{finding['verdict']}** |"
         )
     lines += ["", "## Systems", ""]
     for dataset, rows in data["systems"].items():
         counts = data["data"][dataset]
-        trained = rows[0]["train_questions"] if rows else counts["train"]
+        trained = data["train_sizes"][dataset]
         lines += [
             f"### {DATASET_LABELS.get(dataset, dataset)}: trained on {trained} of its {counts['train']} training "
             f"questions, scored on {counts['evaluation']} held-out ones"
             + (f" ({counts['heldout_folds']} folds: see Data)" if counts["heldout_folds"] > 1 else ""),
             "",
-            "| system | An | Sp | chance Sp | questions |",
+            "| system | An | Sp | chance Sp | questions (resampling units) |",
             "|---|---|---|---|---|",
         ]
         for row in rows:
+            if row.get("not_run"):
+                lines.append(f"| {row['system']} | not run: {row['not_run']} | | | |")
+                continue
             chance = "–" if row["chance_support_f1"] is None else f"{row['chance_support_f1']:.1f}"
             spread = ""
             if row["seed_spread"]:
@@ -1054,7 +1082,7 @@ def markdown(data: dict[str, Any]) -> str:
                     + ")"
                 )
             lines.append(
-                f"| {row['system']}{spread} | {cell(row['answer_f1'])} | {cell(row['support_f1'])} | {chance} | {row['questions']} |"
+                f"| {row['system']}{spread} | {cell(row['answer_f1'])} | {cell(row['support_f1'])} | {chance} | {row['questions']} ({row['answer_f1']['n']}) |"
             )
         lines.append("")
     if data["per_hop"]:
@@ -1104,11 +1132,23 @@ def markdown(data: dict[str, Any]) -> str:
         if curve["c_only_support_f1"]:
             lines.append(f"\nC-only's Sp (its main run): {cell(curve['c_only_support_f1'])}.")
         lines.append("")
-    lines += ["## Data", "", "| side | train | evaluation | held-out folds | notes |", "|---|---|---|---|---|"]
+    lines += [
+        "## Data",
+        "",
+        "`train`: the training side's questions (each run draws at most its dataset's `train_size` of them, the "
+        "learning curve fewer); `evaluation`: the scored side; MuSiQue-Full counts rows, two a question (its pair). "
+        "`shared`: what the training and the scored side have in common (ids, question texts, MuSiQue single-hop "
+        "sub-questions), checked to be none before any run.",
+        "",
+        "| side | train | evaluation | held-out folds | notes |",
+        "|---|---|---|---|---|",
+    ]
     for name, counts in data["data"].items():
         notes = []
         if counts.get("heldout_questions_moved_to_training"):
-            notes.append(f"{counts['heldout_questions_moved_to_training']} held-out questions (the other folds) train")
+            notes.append(
+                f"{counts['heldout_questions_moved_to_training']} held-out questions (the folds not scored) train"
+            )
         if counts.get("real_unpaired_questions") is not None:
             notes.append(
                 f"{counts['real_unpaired_questions']} real unpaired questions scored, "
@@ -1127,43 +1167,65 @@ def markdown(data: dict[str, Any]) -> str:
             "`runs_wall`: the wall time of all the runs, `jobs` at a time; `<part>_run_time`: the part's runs' own wall "
             "times added up (they ran beside others); `data`, `findings`: preparing the sides, reading the results.",
             "",
-            "| what | minutes |",
-            "|---|---|",
+            "| what | seconds | minutes |",
+            "|---|---|---|",
         ]
-        lines += [f"| {part} | {seconds / 60:.1f} |" for part, seconds in data["timings_s"].items()]
+        lines += [f"| {part} | {seconds:.0f} | {seconds / 60:.1f} |" for part, seconds in data["timings_s"].items()]
     return "\n".join(lines) + "\n"
 
 
 def plot_systems(data: dict[str, Any], path: Path) -> None:
-    """findings.png: each system's An and Sp on each dataset's held-out questions, with their intervals as error
-    bars and the chance support F1 of a random ranking as a dashed line."""
+    """findings.png: each system's An and Sp on each dataset's held-out questions, their intervals as error bars,
+    each value written on its bar, and each system's chance Sp (as many paragraphs as it named, drawn at random) as
+    a black tick over its Sp bar; `n/a` where a system names no support."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    datasets = [d for d, rows in data["systems"].items() if rows]
-    figure, axes = plt.subplots(1, max(len(datasets), 1), figsize=(5.2 * max(len(datasets), 1), 4.2), squeeze=False)
-    for axis, dataset in zip(axes[0], datasets, strict=False):
-        rows = data["systems"][dataset]
+    panels = {d: [row for row in rows if not row.get("not_run")] for d, rows in data["systems"].items()}
+    panels = {d: rows for d, rows in panels.items() if rows}
+    width = 0.38
+    figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(5.4 * max(len(panels), 1), 4.4), squeeze=False)
+    for axis, (dataset, rows) in zip(axes[0], panels.items(), strict=False):
         for offset, (name, label, colour) in enumerate(
             (("answer_f1", "An", "tab:blue"), ("support_f1", "Sp", "tab:orange"))
         ):
-            xs = [i + (offset - 0.5) * 0.38 for i, row in enumerate(rows) if row[name]]
-            figures = [row[name] for row in rows if row[name]]
-            means = [f["mean"] for f in figures]
-            errors = [[f["mean"] - f["low"] for f in figures], [f["high"] - f["mean"] for f in figures]]
-            axis.bar(xs, means, width=0.38, yerr=errors, capsize=3, label=label, color=colour)
-        chance = [row["chance_support_f1"] for row in rows if row["chance_support_f1"] is not None]
-        if chance:
-            axis.axhline(statistics.fmean(chance), linestyle="--", color="grey", label="chance Sp")
+            for index, row in enumerate(rows):
+                x = index + (offset - 0.5) * width
+                figure_ = row[name]
+                if not figure_:
+                    axis.text(x, 1, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+                    continue
+                error = [[figure_["mean"] - figure_["low"]], [figure_["high"] - figure_["mean"]]]
+                axis.bar(
+                    x,
+                    max(figure_["mean"], 0.4),
+                    width=width,
+                    yerr=error,
+                    capsize=3,
+                    color=colour,
+                    label=label if index == 0 else None,
+                )
+                axis.text(x, figure_["high"] + 1, one_decimal(figure_["mean"]), ha="center", va="bottom", fontsize=7)
+                if name == "support_f1" and row["chance_support_f1"] is not None:
+                    axis.hlines(
+                        row["chance_support_f1"],
+                        x - width / 2,
+                        x + width / 2,
+                        colors="black",
+                        label="chance Sp" if index == 0 else None,
+                    )
         axis.set_xticks(range(len(rows)), [row["system"].split(" (")[0] for row in rows], rotation=30, ha="right")
         counts = data["data"][dataset]
-        trained = rows[0]["train_questions"] if rows else counts["train"]
-        axis.set_title(f"{DATASET_LABELS.get(dataset, dataset)}: {trained} train / {counts['evaluation']} held out")
+        axis.set_title(
+            f"{DATASET_LABELS.get(dataset, dataset)}: {data['train_sizes'][dataset]} train / "
+            f"{counts['evaluation']} held out",
+            fontsize=10,
+        )
         axis.set_ylim(0, 100)
-        axis.set_ylabel("F1 (95% interval)")
-    axes[0][0].legend(loc="upper left")
+        axis.set_ylabel("F1 x 100 (95% interval)")
+        axis.legend(loc="upper right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -1199,6 +1261,7 @@ def plot_curves(data: dict[str, Any], path: Path) -> None:
         if curve["c_only_support_f1"]:
             axis.axhline(curve["c_only_support_f1"]["mean"], color="tab:red", linestyle=":", label="C-only Sp")
         axis.set_xscale("log")
+        axis.minorticks_off()
         axis.set_xticks(sizes, [str(s) for s in sizes])
         axis.set_xlabel("training questions")
         axis.set_ylabel("F1 (95% interval)")
@@ -1213,6 +1276,11 @@ def plot_curves(data: dict[str, Any], path: Path) -> None:
 def write_results(results: Results, timings: dict[str, float]) -> dict[str, Any]:
     """results.json, results.md, findings.png and curves.png under the output folder."""
     data = collect(results, timings)
+    if not any(row for rows in data["systems"].values() for row in rows if not row.get("not_run")):
+        raise BenchmarkError(
+            f"{results.out} holds no finished run for seeds {', '.join(map(str, results.seeds))}: nothing to report "
+            "(results left as they were)"
+        )
     write_json(results.out / "results.json", data)
     (results.out / "results.md").write_text(markdown(data))
     plot_systems(data, results.out / "findings.png")
@@ -1280,7 +1348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", help="training seeds, comma-separated (default: the config's)")
     parser.add_argument("--jobs", type=int, help="runs at a time (default: the config's)")
-    parser.add_argument("--config", type=Path, default=CONFIG_FILE, help="the settings file")
+    parser.add_argument(
+        "--config", type=Path, default=CONFIG_FILE, help="the settings file (default benchmarks/paper_findings.yaml)"
+    )
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
@@ -1327,7 +1397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"runs: {timings['runs_wall'] / 60:.1f} min", flush=True)
     if "findings" in parts:
         start = time.perf_counter()
-        data = write_results(Results(config, out, sides, seeds), timings)
+        try:
+            data = write_results(Results(config, out, sides, seeds), timings)
+        except BenchmarkError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
         timings["findings"] = round(time.perf_counter() - start, 1)
         write_json(timings_path, timings)
         for finding in data["findings"]:

@@ -329,7 +329,7 @@ def comparison_table(
     first_label, second_label = labels
     table = Table(title=f"{first_label} against {second_label}, on the same questions")
     for column in ("metric", first_label, second_label, f"{first_label} - {second_label}", "p", "n"):
-        table.add_column(column, justify="left" if column == "metric" else "right", no_wrap=column == "metric")
+        table.add_column(column, justify="left" if column == "metric" else "right", no_wrap=True)
     for name, test in tests.items():
         table.add_row(
             name,

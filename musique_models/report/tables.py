@@ -477,7 +477,7 @@ def significance_markdown(groups: Sequence[RunGroup]) -> str:
         f"{CONFIDENCE:.0%} paired percentile-bootstrap interval over questions (each resample draws the same "
         "questions, MuSiQue-Full: the same twin pairs, for every run of both groups), and p the two-sided "
         "paired-bootstrap p-value, 2 min(share of resampled differences <= 0, share >= 0) with (k + 1) / "
-        f"(resamples + 1) shares, never below {2 / (BOOTSTRAP_RESAMPLES + 1):.4f}; {BOOTSTRAP_RESAMPLES} "
+        f"(resamples + 1) shares, never below {2 / (BOOTSTRAP_RESAMPLES + 1):.7f}; {BOOTSTRAP_RESAMPLES} "
         f"resamples, seed {BOOTSTRAP_SEED}. n: questions (MuSiQue-Full: twin pairs).",
         "",
     ]
