@@ -1137,8 +1137,9 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "`train`: the training side's questions (each run draws at most its dataset's `train_size` of them, the "
         "learning curve fewer); `evaluation`: the scored side; MuSiQue-Full counts rows, two a question (its pair). "
-        "`shared`: what the training and the scored side have in common (ids, question texts, MuSiQue single-hop "
-        "sub-questions), checked to be none before any run.",
+        "`shared`: what the training and the scored side have in common: ids, question texts and MuSiQue "
+        "single-hop sub-questions, checked to be none before any run, and supporting paragraphs (one Wikipedia "
+        "paragraph can support two different questions: reported, not refused).",
         "",
         "| side | train | evaluation | held-out folds | notes |",
         "|---|---|---|---|---|",

@@ -96,18 +96,34 @@ def sharing_groups(examples: Sequence[Example | str]) -> list[list[int]]:
     return list(groups.values())
 
 
+# What may not be on both sides of a comparison; `overlap` also counts shared supporting paragraphs, which the same
+# Wikipedia page can give two different questions (reported, not refused).
+QUESTION_OVERLAPS = ("ids", "questions", "single_hop_ids")
+
+
 def overlap(first: Iterable[Example], second: Iterable[Example]) -> dict[str, list[str]]:
-    """What two sides share: question ids, question texts and single-hop sub-question ids (each sorted)."""
+    """What two sides share: question ids, question texts, single-hop sub-question ids and supporting paragraphs'
+    texts (each sorted)."""
     first, second = list(first), list(second)
+
+    def supporting(examples: list[Example]) -> set[str]:
+        return {" ".join(p.text.split()) for e in examples for p in e.paragraphs if p.is_supporting}
+
     shared_ids = {e.id for e in first} & {e.id for e in second}
     shared_texts = {question_text(e) for e in first} & {question_text(e) for e in second}
     shared_hops = set().union(*map(single_hop_ids, first)) & set().union(*map(single_hop_ids, second))
-    return {"ids": sorted(shared_ids), "questions": sorted(shared_texts), "single_hop_ids": sorted(shared_hops)}
+    return {
+        "ids": sorted(shared_ids),
+        "questions": sorted(shared_texts),
+        "single_hop_ids": sorted(shared_hops),
+        "supporting_paragraphs": sorted(supporting(first) & supporting(second)),
+    }
 
 
 def check_disjoint(train: Iterable[Example], evaluation: Iterable[Example], what: str) -> None:
-    """Raise `HeldoutOverlapError` naming what `train` and `evaluation` share (`what` names the comparison)."""
-    shared = overlap(train, evaluation)
+    """Raise `HeldoutOverlapError` naming the questions or sub-questions `train` and `evaluation` share (`what`
+    names the comparison)."""
+    shared = {kind: values for kind, values in overlap(train, evaluation).items() if kind in QUESTION_OVERLAPS}
     if any(shared.values()):
         found = "; ".join(
             f"{len(values)} {kind} ({', '.join(values[:3])})" for kind, values in shared.items() if values

@@ -55,7 +55,13 @@ def test_the_sides_share_no_question_and_are_written_the_same_twice(tmp_path: Pa
         assert sides.train.read_bytes() == again[name].train.read_bytes()
         assert sides.evaluation.read_bytes() == again[name].evaluation.read_bytes()
         if "overlap" in sides.counts:
-            assert sides.counts["overlap"] == {"ids": 0, "questions": 0, "single_hop_ids": 0}
+            assert {k: v for k, v in sides.counts["overlap"].items() if k != "supporting_paragraphs"} == {
+                "ids": 0,
+                "questions": 0,
+                "single_hop_ids": 0,
+            }
+    # the same Wikipedia paragraph may support questions on both sides: reported, not refused
+    assert first["2wiki_20k"].counts["overlap"]["supporting_paragraphs"] > 0
     full = first["musique_full"].counts
     assert full["real_unpaired_questions"] + full["real_unpaired_left_out_as_seen_in_training"] == 100
     assert 0 < full["real_unpaired_left_out_as_seen_in_training"] < 50
