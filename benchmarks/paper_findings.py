@@ -274,21 +274,26 @@ def dire_job(config: dict[str, Any], out: Path, sides: Sides, seed: int) -> Job:
     DiRe's official conversion)."""
     run_dir = run_folder(out, sides.dataset, "SA", _own_size(config, sides), seed)
     output = dire_output(run_dir, sides.dataset)
+    options = ["mode=dire", *(["dire_min_paragraphs=5"] if sides.dataset == "hotpotqa_20k" else [])]
+    return scoring_job(config, out, run_dir, output, "dire", options)
+
+
+def scoring_job(config: dict[str, Any], out: Path, run_dir: Path, output: Path, kind: str, options: list[str]) -> Job:
+    """An `evaluate.py run=RUN_DIR` scoring of a finished run into `output` (its `kind` names its key and log)."""
     command = [
         sys.executable,
         str(PROJECT_ROOT / "evaluate.py"),
         f"run={run_dir}",
-        "mode=dire",
+        *options,
         f"threads={config['threads']}",
-        *(["dire_min_paragraphs=5"] if sides.dataset == "hotpotqa_20k" else []),
     ]
     return Job(
-        f"dire:{run_dir}",
+        f"{kind}:{run_dir}",
         command,
         output,
         lambda: (output / METRICS_FILE).is_file(),
         [str(run_dir)],
-        log_name(out, run_dir, "dire"),
+        log_name(out, run_dir, kind),
     )
 
 
@@ -296,26 +301,15 @@ def real_full_job(config: dict[str, Any], out: Path, sides: Sides, system: str, 
     """The MuSiQue-Full run scored on the real MuSiQue-Full dev questions, which come unpaired."""
     run_dir = run_folder(out, "musique_full", system, _own_size(config, sides), seed)
     output = run_dir / EVALUATIONS_FOLDER / REAL_FULL_FOLDER
-    command = [
-        sys.executable,
-        str(PROJECT_ROOT / "evaluate.py"),
-        f"run={run_dir}",
+    options = [
         "dataset=musique_full",
         "dataset.sample=true",
         f"dataset.sample_files.dev={out / sides.counts['real_unpaired']}",
         "dataset.paired=false",
         "split=dev",
-        f"threads={config['threads']}",
         f"output={output}",
     ]
-    return Job(
-        f"real-full:{run_dir}",
-        command,
-        output,
-        lambda: (output / METRICS_FILE).is_file(),
-        [str(run_dir)],
-        log_name(out, run_dir, "real-full"),
-    )
+    return scoring_job(config, out, run_dir, output, "real-full", options)
 
 
 def part_jobs(part: str, config: dict[str, Any], out: Path, sides: dict[str, Sides], seeds: Sequence[int]) -> list[Job]:
