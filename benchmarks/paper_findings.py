@@ -66,6 +66,7 @@ from musique_models.evaluation.metrics import HOP_BUCKETS, hop_bucket, pair_scor
 from musique_models.io import write_json
 from musique_models.report.paper import load_paper_results
 from musique_models.report.uncertainty import read_per_question
+from musique_models.run_files import CONFIG_FILE as RUN_CONFIG_FILE
 from musique_models.run_files import (
     EVALUATIONS_FOLDER,
     METRICS_FILE,
@@ -74,6 +75,7 @@ from musique_models.run_files import (
     STATUS_FILE,
     is_finished,
 )
+from musique_models.systems import run_system
 
 CONFIG_FILE = Path(__file__).with_suffix(".yaml")
 PARTS = ("systems", "end2end", "beam", "llm", "dire", "full", "curves", "findings")
@@ -417,6 +419,11 @@ class RunSet:
     def values(self, name: str, family: str = "answer", relative: str = PER_QUESTION_FILE) -> dict[str, float]:
         """Per-question `name`, averaged over the seeds."""
         return seed_mean([question_values(rows, name, family) for rows in self.rows(relative)])
+
+    def predicts_support(self) -> bool:
+        """Whether the runs' model names supporting paragraphs (the registry's `predicts_support`)."""
+        entry = run_system(yaml.safe_load((self.folders[0] / RUN_CONFIG_FILE).read_text()))
+        return entry is None or entry.predicts_support
 
     def spread(self, name: str) -> float | None:
         """The standard deviation over seeds of the metric `name` (None for one seed)."""
@@ -901,8 +908,7 @@ class Results:
                     rows.append({"system": system, "not_run": str(missing)})
                 continue
             answer = self.metric(runs, "answer_f1")
-            names_support = any(row["predicted_support_idxs"] for rows in runs.rows() for row in rows)
-            support = self.metric(runs, "support_f1") if names_support or system in ("SA", "EE", "C-only") else None
+            support = self.metric(runs, "support_f1") if runs.predicts_support() else None
             rows.append(
                 {
                     "system": system,

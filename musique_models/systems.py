@@ -3,7 +3,9 @@
 model that predicts no answers), its place among the report's rows (`order`), its `family` (`multihop`: a system
 of the paper's tables; `artifact`: a baseline that measures what a dataset gives away; `stage`: a part of another
 system), its jobs in the paper's grid (`paper_experiments`: names of `conf/experiment/` files) and the tiny
-backbones its contract test trains it with (`tiny`: overrides). The report, the paper grid
+backbones its contract test trains it with (`tiny`: overrides); `predicts_support: false` for a model that names no
+supporting paragraphs (Q-only: the report shows its support cells as "–", as the paper does, and tests nothing on
+them). The report, the paper grid
 (`experiment=paper_grid`) and the tests read them here: a model joins all three by its config.
 """
 
@@ -38,6 +40,7 @@ class System:
     paper_experiments: tuple[str, ...] = ()
     tiny: tuple[str, ...] = ()
     executors: tuple[str, ...] = ()
+    predicts_support: bool = True
 
     @classmethod
     def from_entry(cls, model: str, entry: dict[str, Any]) -> System:
@@ -54,6 +57,7 @@ class System:
             paper_experiments=tuple(entry.get("paper_experiments") or ()),
             tiny=tuple(entry.get("tiny") or ()),
             executors=tuple(entry.get("executors") or ()),
+            predicts_support=bool(entry.get("predicts_support", True)),
         )
 
 
@@ -104,18 +108,23 @@ def system_rank(name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
-def system_name(config: dict[str, Any]) -> str | None:
-    """A run config's row in the report (`EE`, `SA`, `EX(EE)`, ...): the registry's entry of its model (the entry
-    saved in the run's config when its model config is gone); None for a model that predicts no answers or has
-    no entry."""
+def run_system(config: dict[str, Any]) -> System | None:
+    """A run config's registry entry (the entry saved in the run's config when its model config is gone); None for a
+    model without one."""
     model = config.get("model") or {}
     model_name = config.get("model_name") or model.get("name")
-    systems = registry()
     saved = model.get("system")
-    system = systems.get(model_name) or (System.from_entry(model_name, saved) if saved else None)
+    return registry().get(model_name) or (System.from_entry(model_name, saved) if saved else None)
+
+
+def system_name(config: dict[str, Any]) -> str | None:
+    """A run config's row in the report (`EE`, `SA`, `EX(EE)`, ...): its registry entry's name; None for a model that
+    predicts no answers or has no entry."""
+    system = run_system(config)
     if system is None or system.name is None:
         return None
     if EXECUTOR_FIELD not in system.name:
         return system.name
-    executor = systems.get(model.get("executor") or config.get("executor") or "select_answer")
+    model = config.get("model") or {}
+    executor = registry().get(model.get("executor") or config.get("executor") or "select_answer")
     return system.name.replace(EXECUTOR_FIELD, executor.name) if executor is not None and executor.name else None

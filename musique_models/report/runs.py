@@ -24,7 +24,7 @@ from musique_models.run_files import (
     SCORING_FILE,
     STATUS_FILE,
 )
-from musique_models.systems import system_name
+from musique_models.systems import run_system, system_name
 
 # `evaluate.py run=RUN split=test` writes `evaluations/<dataset>-test/predictions.jsonl`: the leaderboards take
 # MuSiQue's (the paper's Table 5)
@@ -152,12 +152,17 @@ def record_from_config(
     made_at: float = 0.0,
 ) -> RunRecord | None:
     """A `RunRecord` from a resolved run config and its flat metrics; None when the registry names no row for its
-    model (`musique_models.systems`)."""
+    model (`musique_models.systems`). A model that names no supporting paragraphs (`predicts_support: false`) keeps
+    no support metric: the evaluator's 0 is not a measurement of it."""
     system = system_name(config)
     dataset = (config.get("dataset") or {}).get("name")
     if system is None or dataset is None:
         return None
     seed = config.get("seed")
+    entry = run_system(dict(config))
+    if entry is not None and not entry.predicts_support:
+        metrics = {key: value for key, value in metrics.items() if "support" not in key}
+        dire_metrics = {key: value for key, value in (dire_metrics or {}).items() if "support" not in key}
     return RunRecord(
         source=source,
         system=system,

@@ -496,7 +496,8 @@ def significance_markdown(groups: Sequence[RunGroup]) -> str:
                     continue
                 for metric in metrics:
                     test = tests.get(METRIC_KEYS[metric])
-                    if test is not None:
+                    measured = all(group.values(METRIC_KEYS[metric]) for group in (first, second))
+                    if test is not None and measured:
                         rows.append(_significance_row(first, second, metric, test))
         if rows:
             lines += [

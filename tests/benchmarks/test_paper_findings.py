@@ -86,6 +86,8 @@ def test_a_verdict_follows_the_interval_and_the_claimed_direction(
 
 def _run(folder: Path, rows: list[dict], rankings: list[dict] | None = None) -> None:
     folder.mkdir(parents=True)
+    model = {"q-only": "q_only", "1-para": "one_para"}.get(folder.name.split("-n")[0], "select_answer")
+    (folder / "config.yaml").write_text(f"model_name: {model}\n")
     (folder / STATUS_FILE).write_text(json.dumps({"status": "finished"}))
     (folder / PER_QUESTION_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
     (folder / "metrics.json").write_text("{}")
@@ -137,6 +139,9 @@ def test_findings_are_computed_from_the_runs_per_question_files(tmp_path: Path) 
     results = findings.Results(config, tmp_path, sides, [42])
 
     musique = {finding.claim: finding for finding in results.musique_findings()}
+    # Q-only names no support (the registry's predicts_support: false): it gets no Sp cell; SA's 0 is a measurement
+    assert not results.runs("musique_ans", "Q-only").predicts_support()
+    assert results.runs("musique_ans", "SA").predicts_support()
     sa_vs_q_only = musique["SA's An is above Q-only's on MuSiQue-Ans"]
     assert sa_vs_q_only.difference.mean == pytest.approx(0.5) and sa_vs_q_only.verdict == "holds"
     assert "SA 47.3, Q-only 4.6 (Table 4, dev)" in sa_vs_q_only.paper

@@ -231,3 +231,23 @@ def test_the_latex_table_and_the_png_show_the_intervals(runs: dict[str, Path], r
             assert (low, high) == pytest.approx((100 * interval.low, 100 * interval.high)), group.row_label
     assert "bootstrap interval over questions" in axes.get_title()
     plt.close(figure)
+
+
+def test_a_system_that_names_no_support_has_no_support_cell_and_no_support_test(tmp_path: Path) -> None:
+    # Q-only's registry entry says `predicts_support: false`: the evaluator's 0 support F1 is not a measurement
+    full = _golds(30, full=True)
+    no_support = [
+        Prediction(p.id, p.predicted_answer, [], p.predicted_answerable) for p in _predictions(full, 0.2, seed=8)
+    ]
+    q_only = _run(tmp_path / "runs", "q_only", "q_only", "musique_full", 1, full, no_support)
+    _run(tmp_path / "runs", "sa", "select_answer", "musique_full", 1, full, _predictions(full, 0.7, seed=9))
+    assert _metrics(q_only)["support_f1"] == 0.0  # the evaluator scores what it is given
+    records, _ = find_run_folders([tmp_path / "runs"])
+    report = write_the_report(records, tmp_path / "report")
+    rows = {row["system"]: row for row in parse_markdown_table((report / "table.md").read_text())}
+    assert rows["Q-only [sample]"]["MuSiQue-Full Sp"] == "–" and rows["Q-only [sample]"]["MuSiQue-Full Sp+Sf"] == "–"
+    assert rows["Q-only [sample]"]["MuSiQue-Full An"].startswith(f"{100 * _metrics(q_only)['answer_f1']:.1f} [")
+    assert rows["SA [sample]"]["MuSiQue-Full Sp"] != "–"
+    section = (report / "significance.md").read_text().split("\n## MuSiQue-Full")[1]
+    tested = [row["metric"] for row in parse_markdown_table(section.split("\n## ")[0])]
+    assert tested == ["An", "Sf", "An+Sf"]
