@@ -1008,7 +1008,7 @@ def one_decimal(value: float) -> str:
     return f"{round(value, 1) + 0.0:.1f}"
 
 
-def collect(results: Results, timings: dict[str, float]) -> dict[str, Any]:
+def collect(results: Results, timings: dict[str, Any]) -> dict[str, Any]:
     """Everything results.json holds."""
     datasets = [d for d in results.config["parts"]["systems"]["datasets"]]
     return {
@@ -1165,13 +1165,19 @@ def markdown(data: dict[str, Any]) -> str:
             "",
             "## Time",
             "",
-            "`runs_wall`: the wall time of all the runs, `jobs` at a time; `<part>_run_time`: the part's runs' own wall "
-            "times added up (they ran beside others); `data`, `findings`: preparing the sides, reading the results.",
+            "`runs_wall`: the wall time of all the runs, `jobs` at a time (every call on this output folder added up: "
+            "an interrupted benchmark resumed counts each attempt); `<part>_run_time`: the part's runs' own wall "
+            "times added up (they ran beside others); `data`, `findings`: preparing the sides, reading the results "
+            "(the last call's). Each run's own time: `run_walls` in timings.json.",
             "",
             "| what | seconds | minutes |",
             "|---|---|---|",
         ]
-        lines += [f"| {part} | {seconds:.0f} | {seconds / 60:.1f} |" for part, seconds in data["timings_s"].items()]
+        lines += [
+            f"| {part} | {seconds:.0f} | {seconds / 60:.1f} |"
+            for part, seconds in data["timings_s"].items()
+            if isinstance(seconds, int | float)
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -1274,7 +1280,7 @@ def plot_curves(data: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
-def write_results(results: Results, timings: dict[str, float]) -> dict[str, Any]:
+def write_results(results: Results, timings: dict[str, Any]) -> dict[str, Any]:
     """results.json, results.md, findings.png and curves.png under the output folder."""
     data = collect(results, timings)
     if not any(row for rows in data["systems"].values() for row in rows if not row.get("not_run")):
@@ -1341,6 +1347,20 @@ def parse_parts(only: str | None) -> list[str]:
     return [part for part in PARTS if part in parts]
 
 
+def add_run_times(timings: dict[str, Any], walls: Mapping[str, float], part_of: Mapping[str, str], wall: float) -> None:
+    """Add one call's run times to `timings` (timings.json), so that a benchmark resumed over several calls reports
+    what all of them took: `runs_wall` (the calls' run phases, `jobs` runs at a time), `run_walls` (each run's own
+    wall time, its attempts added up), `run_parts` (the part each run belongs to) and `<part>_run_time` (the part's
+    runs' wall times added up: they ran beside others)."""
+    timings["runs_wall"] = round(timings.get("runs_wall", 0.0) + wall, 1)
+    run_walls, run_parts = timings.setdefault("run_walls", {}), timings.setdefault("run_parts", {})
+    for key, seconds in walls.items():
+        run_walls[key] = round(run_walls.get(key, 0.0) + seconds, 1)
+        run_parts[key] = part_of.get(key, run_parts.get(key, "?"))
+    for part in dict.fromkeys(run_parts.values()):
+        timings[f"{part}_run_time"] = round(sum(run_walls[k] for k, owner in run_parts.items() if owner == part), 1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help=f"parts to run, comma-separated ({', '.join(PARTS)}); default: all")
@@ -1364,7 +1384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ).resolve()
     out.mkdir(parents=True, exist_ok=True)
     timings_path = out / "timings.json"
-    timings: dict[str, float] = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    timings: dict[str, Any] = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
     start = time.perf_counter()
     sides = prepare_data(config, out)
     try:
@@ -1389,13 +1409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if walls:
-        timings["runs_wall"] = round(time.perf_counter() - start, 1)
-        for part in dict.fromkeys(part_of.values()):
-            ran = [walls[key] for key, owner in part_of.items() if owner == part and key in walls]
-            if ran:  # the part's runs' own wall times added up (several run at once)
-                timings[f"{part}_run_time"] = round(sum(ran), 1)
+        add_run_times(timings, walls, part_of, time.perf_counter() - start)
         write_json(timings_path, timings)
-        print(f"runs: {timings['runs_wall'] / 60:.1f} min", flush=True)
+        print(f"runs: {timings['runs_wall'] / 60:.1f} min (every call on this folder)", flush=True)
     if "findings" in parts:
         start = time.perf_counter()
         try:

@@ -210,3 +210,14 @@ def test_only_names_known_parts() -> None:
     assert findings.parse_parts(None) == list(findings.PARTS)
     with pytest.raises(findings.BenchmarkError, match="unknown part"):
         findings.parse_parts("system")
+
+
+def test_run_times_add_up_over_the_calls_that_resumed_the_benchmark() -> None:
+    timings: dict = {}
+    # a first call runs SA and half of EE (interrupted: not counted), the second finishes EE and a curve point
+    findings.add_run_times(timings, {"musique_ans/sa": 100.0}, {"musique_ans/sa": "systems"}, wall=100.0)
+    part_of = {"musique_ans/ee": "end2end", "musique_ans/sa-25": "curves"}
+    findings.add_run_times(timings, {"musique_ans/ee": 50.0, "musique_ans/sa-25": 30.0}, part_of, wall=55.0)
+    findings.add_run_times(timings, {"musique_ans/ee": 20.0}, part_of, wall=20.0)
+    assert timings["runs_wall"] == 175.0 and timings["run_walls"]["musique_ans/ee"] == 70.0
+    assert (timings["systems_run_time"], timings["end2end_run_time"], timings["curves_run_time"]) == (100.0, 70.0, 30.0)
