@@ -16,7 +16,7 @@ Parts (`--only PART[,PART]`, each on its own; the whole runs them in this order)
   real (unpaired) MuSiQue-Full dev questions;
 - `curves`: SA against training size; `findings`: reads every finished run and writes the results.
 
-    python benchmarks/paper_findings.py                          # everything (about two hours on 2 cores)
+    python benchmarks/paper_findings.py                          # everything (measured: about 2 h 50 min on 2 cores)
     python benchmarks/paper_findings.py --only systems,findings --out logs/paper_findings/main
     python benchmarks/paper_findings.py --only findings --out DIR  # the results again from DIR's finished runs
     python benchmarks/paper_findings.py --seeds 42,43,44         # three training seeds a run
@@ -425,10 +425,23 @@ class RunSet:
         entry = run_system(yaml.safe_load((self.folders[0] / RUN_CONFIG_FILE).read_text()))
         return entry is None or entry.predicts_support
 
+    def names_no_support(self) -> bool:
+        """Whether the runs named no supporting paragraph for any question (a support head that says no to every
+        paragraph: its Sp of 0 is then no measurement of what the system could find)."""
+        return not any(row["predicted_support_idxs"] for rows in self.rows() for row in rows)
+
     def spread(self, name: str) -> float | None:
         """The standard deviation over seeds of the metric `name` (None for one seed)."""
         values = [json.loads((folder / METRICS_FILE).read_text())[name] for folder in self.folders]
         return statistics.stdev(values) if len(values) > 1 else None
+
+
+def silent_support_note(system: str, runs: Sequence[RunSet]) -> str:
+    """`; C-only named no supporting paragraph for any question` when none of `runs` named one (else ''): a verdict
+    on its Sp then says only that its support head stayed silent at these settings."""
+    if not all(run_set.names_no_support() for run_set in runs):
+        return ""
+    return f"; {system} named no supporting paragraph for any question (its support head stayed silent)"
 
 
 def as_dict(interval: Interval) -> dict[str, Any]:
@@ -664,6 +677,8 @@ class Results:
                     f"(ratio {ratio_text(b, s)})"
                     for ds, (b, s) in values.items()
                 )
+                if name == "support_f1":
+                    measured += silent_support_note(baseline, [r for r, _ in runs.values()])
                 found.append(
                     Finding(
                         claim=claim,
@@ -700,7 +715,8 @@ class Results:
                 Finding(
                     claim=claim,
                     paper=paper,
-                    measured=f"SA {self.metric(sa, name).text()}, {other} {self.metric(runs, name).text()}",
+                    measured=f"SA {self.metric(sa, name).text()}, {other} {self.metric(runs, name).text()}"
+                    + (silent_support_note(other, [runs]) if name == "support_f1" else ""),
                     tested=f"SA minus {other}, paired over the same questions",
                     difference=self.paired(sa.values(name), runs.values(name)),
                     direction=1,

@@ -130,6 +130,10 @@ def test_findings_are_computed_from_the_runs_per_question_files(tmp_path: Path) 
     rankings = [{"id": f"q{i}", "ranking": [0, 1, *range(2, 20)]} for i in range(40)]
     _run(findings.run_folder(tmp_path, "musique_ans", "SA", 200, 42), sa_rows, rankings)
     _run(findings.run_folder(tmp_path, "musique_ans", "Q-only", 200, 42), [_row(i, 0.0) for i in range(40)])
+    # C-only names no paragraph for any question; EE names the gold pair for every one
+    _run(findings.run_folder(tmp_path, "musique_ans", "C-only", 200, 42), [_row(i, 0.0) for i in range(40)])
+    ee_rows = [_row(i, 0.0) | {"predicted_support_idxs": [0, 1], "support_f1": 1.0} for i in range(40)]
+    _run(findings.run_folder(tmp_path, "musique_ans", "EE", 200, 42), ee_rows)
     # on HotpotQA SA answers nothing: Q-only's ratio to it is undefined
     _run(findings.run_folder(tmp_path, "hotpotqa_20k", "SA", 226, 42), [_row(i, 0.0) for i in range(40)], rankings)
     _run(findings.run_folder(tmp_path, "hotpotqa_20k", "Q-only", 226, 42), [_row(i, 0.5) for i in range(40)])
@@ -145,6 +149,10 @@ def test_findings_are_computed_from_the_runs_per_question_files(tmp_path: Path) 
     sa_vs_q_only = musique["SA's An is above Q-only's on MuSiQue-Ans"]
     assert sa_vs_q_only.difference.mean == pytest.approx(0.5) and sa_vs_q_only.verdict == "holds"
     assert "SA 47.3, Q-only 4.6 (Table 4, dev)" in sa_vs_q_only.paper
+    silent = "C-only named no supporting paragraph for any question (its support head stayed silent)"
+    assert musique["SA's Sp is above C-only's on MuSiQue-Ans"].measured.endswith(silent)
+    ee_sp = musique["SA's Sp is above EE's on MuSiQue-Ans"]
+    assert "named no supporting" not in ee_sp.measured and ee_sp.verdict == "does not hold"
     one_para = musique["SA's An is above 1-Para's on MuSiQue-Ans"]
     assert one_para.verdict == "not checked" and "runs/musique_ans/1-para-n200-s42" in one_para.measured
     [hops] = results.hop_findings()
