@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
     single_s = time.perf_counter() - start
 
     same = [q.answer for q in decoded] == [q.answer for q in single_decoded]
+    # the raw generations too: parsed answers can agree by being empty on both sides
+    same_text = [g.text for g in batched.generations] == [g.text for g in single.generations]
     generated = [len(tokenizer(g.text, add_special_tokens=False)["input_ids"]) for g in batched.generations]
     result = {
         "backbone": backbone.name,
@@ -168,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
         "batched_over_bare": round(batched_s / bare_s, 3),
         "one_at_a_time_over_batched": round(single_s / batched_s, 2),
         "same_answers_batched_and_one_at_a_time": same,
+        "same_generations_batched_and_one_at_a_time": same_text,
         "unparsed_generations": sum(bool(g.problems) for g in batched.generations),
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
     }

@@ -125,21 +125,32 @@ def run_python(
 class _Zygote:
     """The client of `tests/zygote.py`: one request at a time, each answered by the forked child's pid and status."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: Sequence[str] = (sys.executable, "-m", "tests.zygote")) -> None:
+        # the zygote's own errors (a failed preload, a crash) go to a file that every failure of it quotes
+        self.stderr = tempfile.NamedTemporaryFile(prefix="zygote-", suffix=".stderr", delete=False)  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.zygote"],
+            list(command),
             cwd=PROJECT_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self.stderr,
             text=True,
             env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
         )
-        assert json.loads(self.process.stdout.readline())["ready"]
+        assert self._answer(None).get("ready")
 
     def _answer(self, timeout: float | None) -> dict | None:
         ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        return json.loads(self.process.stdout.readline()) if ready else None
+        if not ready:
+            return None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the zygote (tests/zygote.py) ended; its stderr ({self.stderr.name}):\n{self.errors()}")
+        return json.loads(line)
+
+    def errors(self) -> str:
+        """What the zygote itself wrote to stderr (its children write to their own files)."""
+        return Path(self.stderr.name).read_text(errors="replace")
 
     def run(
         self, argv: list[str], cwd: Path, env: dict[str, str], timeout: int, new_session: bool
@@ -164,6 +175,8 @@ class _Zygote:
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(timeout=30)
+        self.stderr.close()
+        Path(self.stderr.name).unlink(missing_ok=True)
 
 
 @functools.cache

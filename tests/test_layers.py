@@ -81,7 +81,7 @@ def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
     own = _layer(_module_name(path))
     upward = [
         f"{path.relative_to(PROJECT_ROOT)}:{line} imports {module}"
-        for line, module in _imports(path)
+        for line, module in _imports(path, _module_name(path))
         if _layer(module) > own
     ]
     assert not upward, "\n".join(upward)

@@ -331,7 +331,7 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
     """Refuse, before anything is loaded, what cannot be done as asked: a resume of another run's config, a new
     run over a finished one, a setting a stage does not have (`+model.answerer.lrr=...`: Hydra accepts an added key
     on a typed node), a data file the run would not read (`dataset.files.*` on the samples), an unknown
-    evaluation split, `eval_size` <= 0, a GPU trainer without a GPU, an interpolation that does not resolve. A SLURM
+    evaluation split, a data file that is nowhere (not on disk, no URL, no hub dataset), `eval_size` <= 0, a GPU trainer without a GPU, an interpolation that does not resolve. A SLURM
     job that was requeued (`SLURM_RESTART_COUNT` > 0) and finds its run in its folder resumes it (`ckpt_path=last`); a multirun job
     resumed with `ckpt_path=last` whose folder holds no run yet (the sweep stopped before it) starts it."""
     try:
@@ -404,6 +404,9 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
             f"eval_split={cfg.eval_split}: {cfg.dataset.name}'s {cfg.eval_split} split is unlabelled and cannot be "
             f"scored; train with eval_split=dev, then predict it: python evaluate.py run=RUN_DIR split={cfg.eval_split}"
         )
+    source: DatasetSource = instantiate(cfg.dataset)
+    for split in dict.fromkeys(["train", cfg.eval_split]):
+        source.check_readable(split)
     if cfg.get("eval_size") is not None and int(cfg.eval_size) <= 0:
         raise RunConfigError(
             f"eval_size={cfg.eval_size}: give a positive number of questions, or eval_size=null for the whole split"

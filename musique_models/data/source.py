@@ -185,17 +185,26 @@ class DatasetSource:
         """The split as a list of `Example`s (for evaluation and small-data tools)."""
         return [Example.from_dict(row) for row in self.load(split)]
 
+    def check_readable(self, split: str) -> None:
+        """Raise `DatasetNotFoundError` (what to do instead) when `load(split)` could find the split nowhere: not
+        on disk, with no URL to download and no hub dataset. Cheap: a run checks it before anything heavy loads."""
+        path = self.path(split)
+        if path.exists() or (not self.sample and (split in self.urls or self.hub_path)):
+            return
+        raise DatasetNotFoundError(
+            f"{self.display_name} {split} file not found: {path}; get the official files ({self.download_help}) "
+            f"and put them in {self.data_dir} (or set dataset.data_dir=...), "
+            f"or run on the small real sample shipped in this repo: add dataset.sample=true"
+        )
+
     def _ensure_file(self, split: str) -> Path:
         path = self.path(split)
         if path.exists():
             return path
         if split in self.urls and not self.sample:
             return self._download(self.urls[split], path)
-        raise DatasetNotFoundError(
-            f"{self.display_name} {split} file not found: {path}; get the official files ({self.download_help}) "
-            f"and put them in {self.data_dir} (or set dataset.data_dir=...), "
-            f"or run on the small real sample shipped in this repo: add dataset.sample=true"
-        )
+        self.check_readable(split)  # raises: the file is nowhere
+        return path
 
     def _download(self, url: str, path: Path) -> Path:
         log.info("downloading %s -> %s", url, path)

@@ -141,6 +141,26 @@ def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expect
     assert not [path for path in (tmp_path / "logs").rglob("*") if path.is_file()]
 
 
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["+model.selector.bogus_key=1"], "error: model.selector.bogus_key: SelectorSettings has no such setting"),
+        (["dataset.sample=false", "dataset.data_dir=/nowhere"], "error: MuSiQue-Ans v1.0 train file not found"),
+    ],
+)
+def test_a_refused_run_never_imports_torch(arguments: list[str], expected: str, tmp_path: Path) -> None:
+    """In a fresh interpreter (the zygote has torch imported already): a setting or a file refused before any work
+    costs the user no torch import, and leaves no run folder."""
+    result = run_python(
+        ["-X", "importtime", "train.py", *arguments, f"hydra.run.dir={tmp_path}/run"], env={"HF_HUB_OFFLINE": "1"}
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    imported = {row.split("|")[-1].strip() for row in result.stderr.splitlines() if row.startswith("import time:")}
+    (line,) = [row for row in result.stderr.strip().splitlines() if not row.startswith("import time:")]
+    assert line.startswith(expected) and "hydra" in imported and "torch" not in imported
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_hub_backbone_offline_is_refused_in_one_line_before_anything_loads(tmp_path: Path) -> None:
     """Not in the local Hugging Face cache and offline: one line at once (no download retries, torch never loads),
     with the offline backbones of the kind it needs, and no run folder."""

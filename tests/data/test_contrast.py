@@ -40,7 +40,9 @@ def test_musique_contrasts_follow_musique_full() -> None:
 def test_hotpot_and_2wiki_contrasts() -> None:
     for relative, data_format in [("hotpotqa/train.json", "hotpotqa"), ("2wiki/train.json", "2wiki")]:
         examples = read_examples(SAMPLES / relative, data_format, data_format)
-        for answerable, contrast in make_full_pairs(examples, seed=1):
+        pairs = list(make_full_pairs(examples, seed=1))
+        assert len(pairs) == len(examples) >= 100, relative  # every question gets its contrast
+        for answerable, contrast in pairs:
             _check_pair(answerable, contrast)
 
 

@@ -34,7 +34,7 @@ def test_pairs_are_kept_together_and_size_counts_questions() -> None:
 def test_size_at_least_the_data_keeps_everything_and_negative_is_an_error() -> None:
     assert subsample_indices(IDS, None, seed=1) == list(range(1000))
     assert subsample_indices(IDS, 5000, seed=1) == list(range(1000))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="subsample size must be >= 0, got -1"):
         subsample_indices(IDS, -1, seed=1)
 
 

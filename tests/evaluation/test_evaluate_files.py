@@ -122,7 +122,9 @@ FULL = SAMPLES / "musique_full/dev_derived.jsonl"
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda rows: rows.pop(3), "1 gold ids have no prediction: '2hop__288702_34903'|missing row"),
+        (lambda rows: rows.pop(3), "missing row: 1 rows for this id, the gold file has 2"),
+        # both twins of one id gone: the id is named (rows 2 and 3 are one pair)
+        (lambda rows: [rows.pop(2), rows.pop(2)], "1 gold ids have no prediction: '2hop__403712_793210' \\(the "),
         (lambda rows: rows.append({**rows[0], "id": "2hop__000_111"}), "not in the gold file: '2hop__000_111'"),
         (lambda rows: rows.__setitem__(slice(2, 6), [rows[4], rows[5], rows[2], rows[3]]), "wrong order"),
         (lambda rows: rows.insert(1, dict(rows[0])), "duplicate prediction: 3 rows for this id"),

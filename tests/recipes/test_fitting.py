@@ -4,6 +4,7 @@ datamodule or runs a stage itself."""
 from __future__ import annotations
 
 import ast
+from types import SimpleNamespace
 
 from musique_models import PROJECT_ROOT
 
@@ -36,7 +37,11 @@ def test_a_config_saved_before_a_setting_existed_still_builds_its_recipe() -> No
     # config.yaml of a run made before `global_attention` and `input` were settings (evaluate.py run= loads it)
     End2End(reader=OmegaConf.create({"max_question_tokens": 150}))
     recipe = SelectAnswer(selector=OmegaConf.create({}), answerer=OmegaConf.create({"max_length": 512}), top_k=3)
-    assert recipe.answerer_cfg.get("input", AnswererSettings.input) == "auto"
+    # the recipe's own fallback for the missing `input`: the default, "auto" (one input on a long backbone only)
+    assert AnswererSettings.input == "auto"
+    assert recipe._single_input(SimpleNamespace(max_length=4096)) and not recipe._single_input(
+        SimpleNamespace(max_length=512)
+    )
 
 
 def test_a_setting_absent_from_a_saved_config_counts_as_null_on_resume() -> None:
