@@ -25,9 +25,11 @@ $(STAMP): pyproject.toml requirements.lock
 train: $(STAMP)
 	$(OFFLINE) $(PY) train.py $(ARGS)
 
-# Lint first (ruff, version locked), then the docs site (strict: a broken link or a warning fails), then the suite.
+# Lint first (ruff, version locked), then the docs site (strict: a broken link or a warning fails), then the suite,
+# two test processes at a time (pytest-xdist): most tests use one core, so the two cores share the suite.
+TEST_WORKERS ?= 2
 test: lint docs
-	$(OFFLINE) $(PY) -m pytest $(ARGS)
+	$(OFFLINE) $(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
