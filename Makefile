@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 ARGS ?=
 
-.PHONY: install train test lint docs bench overfit clean clean-runs
+.PHONY: install train test test-fast lint docs bench overfit clean clean-runs
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ train: $(STAMP)
 TEST_WORKERS ?= 2
 test: lint docs
 	$(OFFLINE) $(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
+
+# The inner loop: every test not marked slow (the grid, the contract, resume, DDP and learning tests are), no lint
+# or docs build. `make test` runs them all.
+test-fast: $(STAMP)
+	$(OFFLINE) $(PY) -m pytest -n $(TEST_WORKERS) -m "not slow" $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

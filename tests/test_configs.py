@@ -79,6 +79,7 @@ def test_missing_official_files_exit_with_a_readable_message(tmp_path: Path) -> 
     assert "dataset.sample=true" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_import_evaluate_from_the_repo_root_gets_hugging_face_evaluate() -> None:
     code = "import evaluate; print(evaluate.__file__); print(callable(evaluate.load))"
     result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)

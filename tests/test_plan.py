@@ -77,6 +77,7 @@ def test_steps_and_hours_on_known_numbers(compose_train_cfg, tmp_path: Path) -> 
     }
 
 
+@pytest.mark.slow
 def test_the_paper_grid_from_the_command_line_without_a_throughput_file(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     result = run_python(["-m", "musique_models.plan", "experiment=paper_grid", "--json", str(out)], timeout=120)

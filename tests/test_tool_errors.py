@@ -79,6 +79,7 @@ def run_tool(arguments: list[str], tmp_path: Path) -> subprocess.CompletedProces
     return run_python(arguments, cwd=tmp_path / "cwd", timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("arguments", "key_word"), list(CASES.values()), ids=list(CASES))
 def test_user_errors_are_one_line_and_exit_2(arguments: list[str], key_word: str, tmp_path: Path) -> None:
     result = run_tool(arguments, tmp_path)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 
+import pytest
+
 from musique_models import PROJECT_ROOT
 
 
+@pytest.mark.slow
 def test_the_generation_benchmark_runs_at_tiny_scale() -> None:
     spec = importlib.util.spec_from_file_location("bench_generate", PROJECT_ROOT / "benchmarks" / "bench_generate.py")
     bench = importlib.util.module_from_spec(spec)

@@ -18,6 +18,7 @@ SCRIPT = str(PROJECT_ROOT / "benchmarks" / "gpu_check.py")
 NO_OUT = {"OUT": ""}  # the files go where --json and --markdown say
 
 
+@pytest.mark.slow
 def test_every_component_of_the_paper_grid_is_measured_at_tiny_shapes(tmp_path: Path) -> None:
     json_path, markdown_path = tmp_path / "gpu_check.json", tmp_path / "gpu_check.md"
     result = run_python(
@@ -80,6 +81,7 @@ def test_every_component_of_the_paper_grid_is_measured_at_tiny_shapes(tmp_path: 
     assert "| total (34 jobs) |" in markdown and "wall " in result.stdout
 
 
+@pytest.mark.slow
 def test_the_time_guard_still_writes_what_it_has(tmp_path: Path) -> None:
     json_path = tmp_path / "gpu_check.json"
     result = run_python(
@@ -105,6 +107,7 @@ def test_the_time_guard_still_writes_what_it_has(tmp_path: Path) -> None:
     assert results["projection"]["gpu_hours"] is None
 
 
+@pytest.mark.slow
 def test_cuda_without_a_cuda_device_is_one_line() -> None:
     result = run_python([SCRIPT, "--device", "cuda", "--tiny"], env=NO_OUT, timeout=120)
     assert result.returncode == 2 and "--device cuda: no CUDA device here" in result.stderr

@@ -39,6 +39,7 @@ def test_every_system_of_the_settings_composes_into_a_train_config(tmp_path: Pat
     )
 
 
+@pytest.mark.slow
 def test_the_sides_share_no_question_and_are_written_the_same_twice(tmp_path: Path) -> None:
     config = findings.load_config()
     first = findings.prepare_data(config, tmp_path / "a")

@@ -10,6 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from musique_models import PROJECT_ROOT
 from tests.conftest import run_python
 
@@ -30,6 +32,7 @@ RUN = [
 ]
 
 
+@pytest.mark.slow
 def test_ddp_sim_two_cpu_processes(tmp_path: Path) -> None:
     # with wandb (offline): the rank-0 logger of a DDP run
     result = run_python([*RUN, "logger=wandb", f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/run"])

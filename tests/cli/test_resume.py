@@ -58,6 +58,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "full"
 
 
+@pytest.mark.slow
 def test_the_thread_count_changes_nothing_a_run_computes(uninterrupted: Path, tmp_path: Path) -> None:
     """The same run with 1 thread where the reference had 2: byte-identical (without `models.numerics`, the
     LayerNorm and softmax gradients and the new token's embedding round differently, and these files differ)."""
@@ -88,6 +89,7 @@ def _assert_same_outputs(run_dir: Path, uninterrupted: Path) -> None:
         assert (run_dir / name).read_bytes() == (uninterrupted / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_resume_point(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -127,6 +129,7 @@ def test_sigkill_in_the_second_epoch_resumes_from_the_first_epochs_resume_point(
     assert len(list((killed_dir / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
 
 
+@pytest.mark.slow
 def test_sigint_then_sigterm_mid_epoch_leave_interrupted_runs_that_their_printed_commands_resume(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -166,6 +169,7 @@ def test_sigint_then_sigterm_mid_epoch_leave_interrupted_runs_that_their_printed
     _assert_same_outputs(run_dir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_slurm_requeue_signal_requeues_the_job_and_the_restarted_job_resumes(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -195,6 +199,7 @@ def test_slurm_requeue_signal_requeues_the_job_and_the_restarted_job_resumes(
     _assert_same_outputs(run_dir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_sweep_stopped_in_its_second_job_resumes_with_its_printed_sweep_command(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -239,6 +244,7 @@ def test_a_sweep_stopped_in_its_second_job_resumes_with_its_printed_sweep_comman
         _assert_same_outputs(sweep_dir / job, sweep_dir / "0")
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_it_wrote_its_configuration_starts_afresh_there(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -286,6 +292,7 @@ def _signalled_fresh(arguments: list[str], after: float, signal_name: str = "SIG
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_first_seconds_is_honoured(uninterrupted: Path, tmp_path: Path) -> None:
     """SIGINT while the interpreter starts and Hydra composes, and while torch loads: the command stops at once
     (exit 130). Before the run started nothing is left; later the run is `interrupted` and resumes identically."""
@@ -316,6 +323,7 @@ def test_ctrl_c_in_the_first_seconds_is_honoured(uninterrupted: Path, tmp_path: 
         assert "before the run started: nothing was written" in stopped.stderr
 
 
+@pytest.mark.slow
 def test_a_damaged_resume_point_or_best_checkpoint_is_said_and_trained_again(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -347,6 +355,7 @@ def test_a_damaged_resume_point_or_best_checkpoint_is_said_and_trained_again(
     _assert_same_outputs(run_dir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_lora_fine_tuning_resumes_to_the_uninterrupted_predictions(tmp_path: Path) -> None:
     """The generative reader with LoRA adapters (a tiny random Llama): a SIGINT in its second epoch writes a resume
     point holding the adapters and their optimiser state, and the resumed run generates exactly what an

@@ -144,6 +144,7 @@ def check_against_the_run_and_the_evaluator(run: Path, dataset: str, partition: 
     assert dire["dire_count"] == len(set(answerable)) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(RUNS))
 def test_evaluate_run_reproduces_the_runs_metrics_and_scores_dire_as_the_evaluator(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -156,6 +157,7 @@ def test_evaluate_run_reproduces_the_runs_metrics_and_scores_dire_as_the_evaluat
     assert all(path.stat().st_mtime_ns == mtime for path, mtime in stages.items())  # nothing of the run was touched
 
 
+@pytest.mark.slow
 def test_probe_predictions_never_name_a_removed_paragraph(full_run: Path, tmp_path: Path) -> None:
     run = full_run
     check_against_the_run_and_the_evaluator(run, "musique_full", "first_vs_rest", tmp_path)
@@ -244,6 +246,7 @@ def test_unfinished_runs_missing_stages_and_unknown_splits_are_refused(full_run:
         evaluate_run(tmp_path / "not-a-run")
 
 
+@pytest.mark.slow
 def test_step_execution_and_the_decomposer_alone_predict_an_unlabelled_test_set(tmp_path: Path, capsys) -> None:
     # EX(EE) on MuSiQue-Full: the decomposer decomposes test questions that have no gold decomposition
     execution = tmp_path / "execution"
@@ -294,6 +297,7 @@ def test_step_execution_and_the_decomposer_alone_predict_an_unlabelled_test_set(
         evaluate_run(alone, "mode=dire")
 
 
+@pytest.mark.slow
 def test_dire_min_paragraphs_on_a_trained_run(tmp_path: Path, capsys) -> None:
     """`evaluate.py run=RUN mode=dire dire_min_paragraphs=5` on 30 HotpotQA dev questions (one of them has 2
     paragraphs): that question gets no probes, DiRe counts it as skipped and averages over the other 29, as the

@@ -129,6 +129,7 @@ def test_a_wrong_stage_checkpoint_is_refused_as_selector(tmp_path: Path) -> None
         (["dataset.sample=false", "dataset.sample_files.dev=/x"], "dataset.sample_files.dev would not be read"),
     ],
 )
+@pytest.mark.slow
 def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expected: str, tmp_path: Path) -> None:
     if arguments == ["trainer=gpu"] and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -141,6 +142,7 @@ def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expect
     assert not [path for path in (tmp_path / "logs").rglob("*") if path.is_file()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
@@ -161,6 +163,7 @@ def test_a_refused_run_never_imports_torch(arguments: list[str], expected: str, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_hub_backbone_offline_is_refused_in_one_line_before_anything_loads(tmp_path: Path) -> None:
     """Not in the local Hugging Face cache and offline: one line at once (no download retries, torch never loads),
     with the offline backbones of the kind it needs, and no run folder."""

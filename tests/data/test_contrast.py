@@ -3,6 +3,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from musique_models.data.contrast import main as contrast_main
 from musique_models.data.contrast import make_contrast, make_full_pairs
 from musique_models.data.formats import read_examples
@@ -46,6 +48,7 @@ def test_hotpot_and_2wiki_contrasts() -> None:
             _check_pair(answerable, contrast)
 
 
+@pytest.mark.slow
 def test_contrast_is_reproducible_and_seed_dependent() -> None:
     examples = read_examples(SAMPLES / "musique_ans/train.json", "musique", "musique_ans")
     pool = [p for e in examples for p in e.paragraphs if not p.is_supporting]

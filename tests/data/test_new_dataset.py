@@ -36,6 +36,7 @@ yes_no_answers: true
 """
 
 
+@pytest.mark.slow
 def test_a_dataset_in_an_existing_format_joins_by_one_config(tmp_path: Path) -> None:
     data = tmp_path / "data"
     for split, count in (("train", 8), ("dev", 5)):

@@ -212,6 +212,7 @@ def test_evaluate_cli_writes_only_its_outputs_beside_the_predictions(layout: str
     assert not (tmp_path / "logs").exists() and not list(work.iterdir())  # no run folder, .hydra/ or log file
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("gold", "layout", "message"),
     [

@@ -7,6 +7,7 @@ import random
 import socket
 from pathlib import Path
 
+import pytest
 import torch.multiprocessing as mp
 
 from musique_models.data.formats import read_examples
@@ -132,6 +133,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_process_ddp_gives_exactly_the_single_process_numbers(tmp_path: Path) -> None:
     cases, expected = _cases()
     assert len(cases["hotpot"]["golds"]) % 2 == 1  # the sampler pads: the metric must drop the repeat

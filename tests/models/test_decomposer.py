@@ -300,6 +300,7 @@ def test_loss_predicts_each_target_token_from_the_ones_before(compose_train_cfg)
     assert torch.allclose(decomposer.loss(collated), reference, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_tiny_bart_memorises_real_decompositions_and_reloads(compose_train_cfg, tmp_path: Path) -> None:
     spec = _backbone(compose_train_cfg, "tiny_bart")
     tokenizer = load_decomposer_tokenizer(spec)

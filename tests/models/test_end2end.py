@@ -255,6 +255,7 @@ def test_reader_needs_a_longformer_and_global_attention(compose_train_cfg) -> No
         reader.encode(torch.ones(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.long))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
 def test_fast_dev_run_end2end_on_every_sample(dataset: str, compose_train_cfg, tmp_path: Path) -> None:
     cfg = compose_train_cfg([f"dataset={dataset}", "model=end2end", "trainer.fast_dev_run=true", *TINY_END2END])

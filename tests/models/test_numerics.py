@@ -151,6 +151,7 @@ def _bart() -> torch.nn.Module:
     return BartForConditionalGeneration(config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build", [_bert, _longformer, _bart], ids=["bert", "longformer", "bart"])
 def test_every_gradient_of_a_backbone_is_the_same_with_any_thread_count(build: Callable[[], torch.nn.Module]) -> None:
     """A training step's gradients (dropout on, a padded batch of 300 tokens: attention over a length that is not

@@ -64,6 +64,7 @@ def test_a_failed_folder_build_leaves_nothing_behind(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_expanded_once_then_reused_and_the_real_weights_answer(smollm2) -> None:
     folder = Path(smollm2.model_dir())
     record = json.loads((folder / RECORD).read_text())

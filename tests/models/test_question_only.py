@@ -174,6 +174,7 @@ def test_confidence_is_the_answers_probability(setup, num_beams: int) -> None:
     assert output["answerable_prob"].tolist() == [1.0, 1.0]  # no head: always answerable
 
 
+@pytest.mark.slow
 def test_tiny_bart_memorises_answers_and_answerability_and_reloads(setup, tmp_path: Path) -> None:
     tokenizer, table = setup["tokenizer"], setup["table"]
     # 4 answerable questions, and 2 OTHER questions labelled unanswerable (their twins left out: twins share the

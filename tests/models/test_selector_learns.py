@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
@@ -21,6 +22,7 @@ from tests.conftest import SAMPLES
 K, PARAGRAPHS = 7, 20
 
 
+@pytest.mark.slow
 def test_selector_recall_beats_random_ranking_after_a_short_fit(tmp_path: Path) -> None:
     backbone = instantiate(OmegaConf.load(PROJECT_ROOT / "conf/backbone/minilm.yaml"))
     tokenizer = load_tokenizer(backbone)

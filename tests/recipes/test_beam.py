@@ -43,6 +43,7 @@ def beam_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "run"
 
 
+@pytest.mark.slow
 def test_the_chain_is_read_in_chain_order_and_is_the_predicted_support(
     beam_run: Path, tmp_path: Path, monkeypatch
 ) -> None:
@@ -71,6 +72,7 @@ def test_the_chain_is_read_in_chain_order_and_is_the_predicted_support(
     assert [row["chain"]["hop_scores"] for row in page["rows"]] == [e["hop_scores"] for e in record["chains"]]
 
 
+@pytest.mark.slow
 def test_a_trained_retriever_is_reused_and_another_stage_refused(beam_run: Path, tmp_path: Path) -> None:
     checkpoint = beam_run / "selector/checkpoints/best.ckpt"
     cfg = compose_cfg("train", [*RUN, f"model.selector_checkpoint={checkpoint}", f"paths.output_dir={tmp_path}/run"])

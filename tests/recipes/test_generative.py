@@ -47,6 +47,7 @@ def _prompted_run(tmp_path: Path, overrides: list[str]) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_a_prompted_llm_writes_official_predictions_and_metrics_that_evaluate_run_reproduces(tmp_path: Path) -> None:
     run = _prompted_run(tmp_path, ["model.shots=2", "dataset.train_size=10", "eval_size=5", "seed=3"])
     predictions = [prediction for _, prediction in read_predictions(run / PREDICTIONS_FILE)]

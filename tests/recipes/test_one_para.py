@@ -64,6 +64,7 @@ def test_containing_the_answer_means_whole_words() -> None:
     assert answer_paragraph_idxs(paragraphs, ["yes"]) == [2]  # nowhere: the supporting paragraphs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
 def test_one_para_selector_labels_are_the_answer_containing_paragraphs(dataset: str, compose_train_cfg) -> None:
     cfg = compose_train_cfg(
@@ -102,6 +103,7 @@ TINY_ONE_PARA = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
 def test_fast_dev_run_one_para_reads_one_paragraph_and_predicts_it_as_support(dataset: str, compose_train_cfg) -> None:
     cfg = compose_train_cfg([f"dataset={dataset}", *TINY_ONE_PARA])

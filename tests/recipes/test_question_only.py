@@ -83,6 +83,7 @@ def _context(cfg, run_dir: Path) -> RunContext:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
 def test_fit_predict_and_load_on_every_sample(dataset: str, compose_train_cfg, tmp_path: Path, monkeypatch) -> None:
     cfg = compose_train_cfg([f"dataset={dataset}", *TINY_Q_ONLY])

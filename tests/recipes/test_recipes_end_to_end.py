@@ -42,6 +42,7 @@ TINY_RUN = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
 def test_every_model_and_dataset_config_composes_and_instantiates(model: str, dataset: str, compose_train_cfg) -> None:
@@ -79,6 +80,7 @@ def test_backbone_configs_instantiate(backbone: str, compose_train_cfg) -> None:
         assert Path(spec.model_dir(), "config.json").exists()  # packaged MiniLM, sha256 checked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", DATASET_CONFIGS)
 def test_fast_dev_run_select_answer_on_every_sample(dataset: str, compose_train_cfg, tmp_path: Path) -> None:
     cfg = compose_train_cfg([f"dataset={dataset}", "trainer.fast_dev_run=true", *TINY_RUN])
@@ -114,6 +116,7 @@ def test_fast_dev_run_select_answer_on_every_sample(dataset: str, compose_train_
     assert len(train_ranking) == len(trained) * rows_per_question
 
 
+@pytest.mark.slow
 def test_train_predictions_pass_evaluate_py(tmp_path: Path) -> None:
     common = [f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={tmp_path}/run"]
     result = run_python(
@@ -307,6 +310,7 @@ def test_each_official_system_composes_to_exactly_the_official_values(system: st
             assert stage_cfg.gradient_checkpointing
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["prefix", "head"])
 def test_yes_no_answers_as_prefix_spans_or_with_the_answer_type_head(mode: str, compose_train_cfg) -> None:
     cfg = compose_train_cfg(["dataset=hotpotqa_20k", f"model.yes_no={mode}", "trainer.fast_dev_run=true", *TINY_RUN])

@@ -153,6 +153,7 @@ TINY_STEP_EXECUTION = ["model=step_execution", *TINY_DECOMPOSER]
 EXECUTOR_BACKBONES = {"end2end": ["backbone=tiny_longformer"], "select_answer": ["backbone=tiny"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["end2end", "select_answer"])
 @pytest.mark.parametrize("dataset", ["musique_ans", "musique_full", "2wiki_20k"])
 def test_fast_dev_run_of_both_executors(executor: str, dataset: str, compose_train_cfg) -> None:
@@ -321,6 +322,7 @@ RESUMABLE_RUN = [
 ]
 
 
+@pytest.mark.slow
 def test_kill_in_the_executors_training_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     def run(run_dir: Path, *extra: str):
         return run_python([*RESUMABLE_RUN, f"paths.cache_dir={tmp_path}/cache", f"hydra.run.dir={run_dir}", *extra])
@@ -360,6 +362,7 @@ def test_the_decomposer_alone_writes_decompositions_and_their_scores_not_answers
     assert not (run / "predictions.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_single_hop_summary_view(tmp_path: Path) -> None:
     common = ["dataset.sample=true", f"paths.cache_dir={tmp_path}/cache"]
     result = run_python(["-m", "musique_models.data.summary", "dataset=musique_full", "view=single_hop", *common])

@@ -143,6 +143,7 @@ def check_page(name: str, run: Path, html: str) -> dict:
     return data
 
 
+@pytest.mark.slow
 def test_musique_full_page_shows_every_row_and_groups_the_twins(runs: dict[str, Path], capsys) -> None:
     run = runs["musique_full"]
     main([str(run)])

@@ -130,6 +130,7 @@ def run_report(tmp_path: Path, *arguments: str) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_runs_group_only_when_they_differ_in_the_seed_and_each_seed_counts_once(
     runs_root: Path, tmp_path: Path
 ) -> None:

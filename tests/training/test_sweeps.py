@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -57,6 +58,7 @@ def test_the_paper_grid_lists_every_system_of_the_tables_once() -> None:
     assert shipped - set(systems) == {"decomposer_musique", "decomposer_2wiki", "paper_grid", "paper_grid_tiny"}
 
 
+@pytest.mark.slow
 def test_the_tiny_paper_grid_runs_every_system_in_one_multirun(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "grid"
     result = run_python(
@@ -85,6 +87,7 @@ def test_the_tiny_paper_grid_runs_every_system_in_one_multirun(tmp_path: Path) -
     assert not any(model == "step_execution" and dataset == "hotpotqa_20k" for _, model, dataset in cells)
 
 
+@pytest.mark.slow
 def test_two_optuna_trials_of_the_select_answer_search(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "search"
     result = run_python(

@@ -53,6 +53,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_auto_takes_one_thread_when_other_processes_keep_every_core_busy(caplog: pytest.LogCaptureFixture) -> None:
     cores = len(os.sched_getaffinity(0))
