@@ -48,6 +48,10 @@ class ConfigValueError(MusiqueModelsError, ValueError):
     """A setting has a value the code does not accept; the message names the key and the accepted values."""
 
 
+class EvaluateConfigError(MusiqueModelsError, ValueError):
+    """An evaluate.py option that is missing, unknown or contradicts another."""
+
+
 def check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
     """Raise `ConfigValueError` naming `key` unless `value` is one of `choices`."""
     if value not in choices:

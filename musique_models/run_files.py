@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from musique_models.errors import EvaluateConfigError
+
 # The run
 CONFIG_FILE = "config.yaml"  # the resolved configuration (what a resume is checked against)
 STATUS_FILE = "status.json"
@@ -85,6 +87,26 @@ def run_status(run_dir: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return status if isinstance(status, dict) else None
+
+
+def check_run_folder(run_dir: str | Path) -> Path:
+    """`run_dir` if it holds a finished train.py run, else `EvaluateConfigError` in one line: no such folder, not a
+    run folder, or a run that did not finish (with the command that resumes it). Reads two small files: it answers
+    before torch loads."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise EvaluateConfigError(f"run={run_dir}: no such folder")
+    status = run_status(run_dir)
+    if status is None or not (run_dir / CONFIG_FILE).exists():
+        raise EvaluateConfigError(f"run={run_dir}: not a train.py run folder (no {STATUS_FILE} and {CONFIG_FILE})")
+    if status.get("status") != "finished":
+        command = status.get("resume_command") or (
+            f"python train.py ckpt_path=last hydra.run.dir={run_dir} with its own arguments"
+        )
+        raise EvaluateConfigError(
+            f"run={run_dir}: the run is {status.get('status')}, not finished; resume it ({command}), then predict"
+        )
+    return run_dir
 
 
 def is_finished(run_dir: str | Path) -> bool:

@@ -9,8 +9,8 @@ from rich.console import Console
 
 from musique_models import PROJECT_ROOT
 from musique_models.data.formats import FORMATS
-from musique_models.data.probe import ProbeOptionError, check_min_paragraphs
-from musique_models.errors import MusiqueModelsError
+from musique_models.data.probe import dire_min_paragraphs, print_dire_skips
+from musique_models.errors import EvaluateConfigError
 from musique_models.evaluation.evaluator import (
     comparison_table,
     evaluate_dire_files,
@@ -21,9 +21,9 @@ from musique_models.evaluation.evaluator import (
     write_intervals,
     write_report,
 )
-from musique_models.evaluation.intervals import bootstrap_settings, paired_metric_tests
+from musique_models.evaluation.intervals import BOOTSTRAP_NOTE, PER_HOP_NOTE, bootstrap_settings, paired_metric_tests
 from musique_models.io import write_json
-from musique_models.run_files import CONFIG_FILE, STATUS_FILE, run_status
+from musique_models.run_files import check_run_folder
 
 MODES = ("standard", "dire")
 _REQUIRED = {
@@ -45,10 +45,6 @@ def given_on_command_line() -> set[str]:
     return {str(item).split("=", 1)[0].lstrip("+~") for item in HydraConfig.get().overrides.task}
 
 
-class EvaluateConfigError(MusiqueModelsError, ValueError):
-    """An evaluate.py option that is missing, unknown or contradicts another."""
-
-
 def gold_layout(cfg: DictConfig) -> tuple[str | None, bool | None]:
     """The gold format and MuSiQue-Full pairing asked for: from `dataset=<config>`, else `format=`, else (None,
     None) for detection from the file."""
@@ -66,31 +62,6 @@ def gold_layout(cfg: DictConfig) -> tuple[str | None, bool | None]:
             f"format={data_format} contradicts dataset={dataset.name} (format {dataset.format}); give only one of them"
         )
     return dataset.format, bool(dataset.get("paired", False))
-
-
-def dire_min_paragraphs(cfg: DictConfig) -> int | None:
-    """The `dire_min_paragraphs` option: None (off) or a paragraph count, refused outside `mode=dire`."""
-    value = cfg.get("dire_min_paragraphs")
-    if value is None:
-        return None
-    if cfg.mode != "dire":
-        raise EvaluateConfigError(
-            f"dire_min_paragraphs={value} applies to mode=dire only (it leaves questions out of DiRe)"
-        )
-    try:
-        return check_min_paragraphs(value, "dire_min_paragraphs")
-    except ProbeOptionError as error:
-        raise EvaluateConfigError(str(error)) from None
-
-
-def print_dire_skips(metrics: dict[str, float], min_paragraphs: int | None) -> None:
-    """Say how many answerable questions `dire_min_paragraphs` left out of DiRe (nothing when it is off)."""
-    if min_paragraphs is not None:
-        print(
-            f"DiRe skipped {metrics['dire_skipped_count']:.0f} answerable question(s) with fewer than {min_paragraphs} "
-            f"paragraphs (dire_min_paragraphs={min_paragraphs}); DiRe averages over the other "
-            f"{metrics['dire_count']:.0f}"
-        )
 
 
 def check_options(cfg: DictConfig) -> None:
@@ -131,26 +102,6 @@ def check_options(cfg: DictConfig) -> None:
         raise EvaluateConfigError("compare_output= applies with compare=B.jsonl only")
 
 
-def check_run_folder(run_dir: str | Path) -> Path:
-    """`run_dir` if it holds a finished train.py run, else `EvaluateConfigError` in one line: no such folder, not a
-    run folder, or a run that did not finish (with the command that resumes it). Reads two small files: it answers
-    before torch loads."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise EvaluateConfigError(f"run={run_dir}: no such folder")
-    status = run_status(run_dir)
-    if status is None or not (run_dir / CONFIG_FILE).exists():
-        raise EvaluateConfigError(f"run={run_dir}: not a train.py run folder (no {STATUS_FILE} and {CONFIG_FILE})")
-    if status.get("status") != "finished":
-        command = status.get("resume_command") or (
-            f"python train.py ckpt_path=last hydra.run.dir={run_dir} with its own arguments"
-        )
-        raise EvaluateConfigError(
-            f"run={run_dir}: the run is {status.get('status')}, not finished; resume it ({command}), then predict"
-        )
-    return run_dir
-
-
 def _given(cfg: DictConfig, key: str) -> bool:
     return not OmegaConf.is_missing(cfg, key) and bool(cfg.get(key))
 
@@ -166,13 +117,6 @@ def default_comparison_output(predictions: str | Path, compare: str | Path) -> P
     beside the predictions."""
     predictions = Path(predictions)
     return predictions.with_name(f"{predictions.stem}.vs.{Path(compare).stem}.json")
-
-
-BOOTSTRAP_NOTE = (
-    "[low, high]: {confidence:.0%} percentile-bootstrap interval over questions (MuSiQue-Full: twin pairs; DiRe: "
-    "questions with their probes), {resamples} resamples, seed {seed}"
-)
-PER_HOP_NOTE = "; the per-hop ones are in the intervals file"
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:

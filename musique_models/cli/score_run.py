@@ -27,20 +27,19 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from musique_models.cli.evaluate import (
-    BOOTSTRAP_NOTE,
-    PER_HOP_NOTE,
-    check_run_folder,
-    dire_min_paragraphs,
-    print_dire_skips,
-)
 from musique_models.cli.train import (
     evaluation_subset,
     instantiate_recipe,
     quiet_libraries,
 )
 from musique_models.data.features import FEATURES
-from musique_models.data.probe import check_partition, probe_instances, write_probe_file
+from musique_models.data.probe import (
+    check_partition,
+    dire_min_paragraphs,
+    print_dire_skips,
+    probe_instances,
+    write_probe_file,
+)
 from musique_models.data.schema import Example
 from musique_models.data.source import DatasetSource
 from musique_models.errors import MusiqueModelsError
@@ -55,7 +54,7 @@ from musique_models.evaluation.evaluator import (
     write_report,
 )
 from musique_models.evaluation.gold import gold_from_example
-from musique_models.evaluation.intervals import bootstrap_settings
+from musique_models.evaluation.intervals import BOOTSTRAP_NOTE, PER_HOP_NOTE, bootstrap_settings
 from musique_models.evaluation.predictions import Prediction, ProbePrediction, read_predictions, write_predictions
 from musique_models.io import write_json
 from musique_models.recipes.base import Predictor
@@ -65,6 +64,7 @@ from musique_models.run_files import (
     METRICS_FILE,
     PREDICTIONS_FILE,
     SCORING_FILE,
+    check_run_folder,
 )
 from musique_models.training.threads import choose_threads
 

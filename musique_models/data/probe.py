@@ -24,10 +24,11 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from musique_models.data.formats import DataFormat, get_format
 from musique_models.data.schema import Example
-from musique_models.errors import DataFormatError, MusiqueModelsError, user_errors_exit
+from musique_models.errors import DataFormatError, EvaluateConfigError, MusiqueModelsError, user_errors_exit
 
 PARTITIONS = ("half", "first_vs_rest", "rest_vs_last")
 USAGE = (
@@ -60,6 +61,32 @@ def check_min_paragraphs(value: object, option: str = "min_paragraphs") -> int |
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ProbeOptionError(f"{option}={value!r}: expected a whole number of paragraphs, at least 1 (e.g. 5)")
     return value
+
+
+def dire_min_paragraphs(cfg: Any) -> int | None:
+    """evaluate.py's `dire_min_paragraphs` option (`cfg`: its config): None (off) or a paragraph count, refused
+    outside `mode=dire`."""
+    value = cfg.get("dire_min_paragraphs")
+    if value is None:
+        return None
+    if cfg.mode != "dire":
+        raise EvaluateConfigError(
+            f"dire_min_paragraphs={value} applies to mode=dire only (it leaves questions out of DiRe)"
+        )
+    try:
+        return check_min_paragraphs(value, "dire_min_paragraphs")
+    except ProbeOptionError as error:
+        raise EvaluateConfigError(str(error)) from None
+
+
+def print_dire_skips(metrics: dict[str, float], min_paragraphs: int | None) -> None:
+    """Say how many answerable questions `dire_min_paragraphs` left out of DiRe (nothing when it is off)."""
+    if min_paragraphs is not None:
+        print(
+            f"DiRe skipped {metrics['dire_skipped_count']:.0f} answerable question(s) with fewer than {min_paragraphs} "
+            f"paragraphs (dire_min_paragraphs={min_paragraphs}); DiRe averages over the other "
+            f"{metrics['dire_count']:.0f}"
+        )
 
 
 def has_too_few_paragraphs(paragraph_count: int, min_paragraphs: int | None) -> bool:

@@ -85,6 +85,14 @@ class PairedTest:
     count: int
 
 
+# What a printed table of intervals says of them (evaluate.py, evaluate.py run=)
+BOOTSTRAP_NOTE = (
+    "[low, high]: {confidence:.0%} percentile-bootstrap interval over questions (MuSiQue-Full: twin pairs; DiRe: "
+    "questions with their probes), {resamples} resamples, seed {seed}"
+)
+PER_HOP_NOTE = "; the per-hop ones are in the intervals file"
+
+
 def bootstrap_settings(
     confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
 ) -> dict[str, Any]:
