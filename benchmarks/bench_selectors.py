@@ -47,11 +47,11 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
-from musique_models.cli.train import instantiate_recipe  # noqa: E402
 from musique_models.evaluation.metrics import support_scores  # noqa: E402
 from musique_models.features.beam import hop_count  # noqa: E402
 from musique_models.models.selector import rank_paragraphs  # noqa: E402
 from musique_models.recipes.base import RunContext  # noqa: E402
+from musique_models.recipes.build import instantiate_recipe  # noqa: E402
 
 PAPER_K = 7
 

@@ -230,8 +230,8 @@ def support_on_evaluation_split(run_dir: Path) -> dict[str, Any]:
     from hydra.utils import instantiate
 
     from musique_models.cli.score_run import load_trained_run
-    from musique_models.cli.train import evaluation_subset
     from musique_models.evaluation.metrics import support_scores
+    from musique_models.training.run_folder import evaluation_subset
 
     run = load_trained_run(run_dir)
     table = instantiate(run.cfg.dataset).load(run.cfg.eval_split)

@@ -48,6 +48,10 @@ class ConfigValueError(MusiqueModelsError, ValueError):
     """A setting has a value the code does not accept; the message names the key and the accepted values."""
 
 
+class RunConfigError(MusiqueModelsError):
+    """The run's configuration cannot be carried out as asked (resume, split, device)."""
+
+
 class EvaluateConfigError(MusiqueModelsError, ValueError):
     """An evaluate.py option that is missing, unknown or contradicts another."""
 

@@ -109,6 +109,11 @@ def check_run_folder(run_dir: str | Path) -> Path:
     return run_dir
 
 
+def has_trained(output_dir: Path) -> bool:
+    """Whether any stage of the run in `output_dir` started training (it has checkpoints or a stage record)."""
+    return any(output_dir.glob(f"*/{CHECKPOINTS_FOLDER}")) or any(output_dir.glob(f"*/{STAGE_FILE}"))
+
+
 def is_finished(run_dir: str | Path) -> bool:
     """Whether the run in `run_dir` finished: its status says so and its metrics are written."""
     status = run_status(run_dir)

@@ -27,11 +27,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from musique_models.cli.train import (
-    evaluation_subset,
-    instantiate_recipe,
-    quiet_libraries,
-)
 from musique_models.data.features import FEATURES
 from musique_models.data.probe import (
     check_partition,
@@ -58,6 +53,7 @@ from musique_models.evaluation.intervals import BOOTSTRAP_NOTE, PER_HOP_NOTE, bo
 from musique_models.evaluation.predictions import Prediction, ProbePrediction, read_predictions, write_predictions
 from musique_models.io import write_json
 from musique_models.recipes.base import Predictor
+from musique_models.recipes.build import instantiate_recipe
 from musique_models.run_files import (
     CONFIG_FILE,
     EVALUATIONS_FOLDER,
@@ -66,6 +62,8 @@ from musique_models.run_files import (
     SCORING_FILE,
     check_run_folder,
 )
+from musique_models.training.console import quiet_libraries
+from musique_models.training.run_folder import evaluation_subset
 from musique_models.training.threads import choose_threads
 
 log = logging.getLogger(__name__)

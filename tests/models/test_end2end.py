@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.train import instantiate_recipe, train
+from musique_models.cli.train import train
 from musique_models.data.source import DatasetSource
 from musique_models.errors import ConfigValueError
 from musique_models.features.context import PARAGRAPH_MARKER, YES_NO_PREFIX, build_context
@@ -20,6 +20,7 @@ from musique_models.features.end2end import featurize_end2end, shared_cap
 from musique_models.models.backbone import BackboneError, load_tokenizer
 from musique_models.models.decoding import decode_predictions, window_outputs
 from musique_models.models.end2end import End2EndReader
+from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.end2end import End2End, in_dataset_order
 from musique_models.training.datamodule import featurize
 from musique_models.training.loaders import PaddingCollator

@@ -15,7 +15,6 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.train import check_backbones
 from musique_models.features.context import end_token_id
 from musique_models.features.generative import parse_generation
 from musique_models.io import atomic_folder
@@ -23,6 +22,7 @@ from musique_models.models.backbone import load_causal_lm, load_tokenizer
 from musique_models.models.gguf import RECORD
 from musique_models.models.guided import TargetFormatGuide
 from musique_models.models.hub import BackboneError, packaged_path
+from musique_models.training.run_checks import check_backbones
 
 CONFIG = OmegaConf.load(PROJECT_ROOT / "conf" / "backbone" / "smollm2_135m_instruct.yaml")
 

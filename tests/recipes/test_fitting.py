@@ -47,7 +47,7 @@ def test_a_config_saved_before_a_setting_existed_still_builds_its_recipe() -> No
 def test_a_setting_absent_from_a_saved_config_counts_as_null_on_resume() -> None:
     from omegaconf import OmegaConf
 
-    from musique_models.cli.train import config_differences
+    from musique_models.training.run_checks import config_differences
 
     saved = OmegaConf.create({"paths": {}, "model": {"reader": {"lr": 1e-4}}})
     current = OmegaConf.create({"paths": {}, "model": {"reader": {"lr": 1e-4, "gradient_clip_val": None}}})

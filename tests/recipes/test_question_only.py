@@ -10,12 +10,13 @@ import pytest
 from hydra.utils import instantiate
 
 import musique_models.models.base as module_base
-from musique_models.cli.train import evaluation_subset, instantiate_recipe
 from musique_models.data.schema import Example
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.models.backbone import BackboneSpec
 from musique_models.recipes.base import Predictor, Recipe, RunContext
+from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.question_only import STAGE_NAME, QuestionOnly
+from musique_models.training.run_folder import evaluation_subset
 from musique_models.training.stage import StageNotFinishedError
 from tests.conftest import DATASET_CONFIGS, ONE_THREAD
 

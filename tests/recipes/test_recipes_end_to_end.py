@@ -10,10 +10,11 @@ import torch
 from hydra.utils import instantiate
 from pytorch_lightning.callbacks import EarlyStopping
 
-from musique_models.cli.train import instantiate_recipe, train
+from musique_models.cli.train import train
 from musique_models.errors import ConfigValueError
 from musique_models.features.context import YES_NO_PREFIX
 from musique_models.models.backbone import BackboneSpec
+from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.end2end import End2End
 from musique_models.recipes.reader import reader_monitor, yes_no_setup
 from musique_models.recipes.select_answer import SELECTOR_MONITOR, SelectAnswer

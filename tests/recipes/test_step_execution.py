@@ -10,13 +10,14 @@ from pathlib import Path
 import datasets
 import pytest
 
-from musique_models.cli.train import instantiate_recipe, train
+from musique_models.cli.train import train
 from musique_models.data.features import FEATURES
 from musique_models.data.schema import Example, Paragraph
 from musique_models.evaluation.evaluator import evaluate_predictions
 from musique_models.evaluation.gold import gold_from_example
 from musique_models.features.decomposition import decomposition_text, parse_decomposition
 from musique_models.models.decoding import DecodedQuestion
+from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.decomposer import DECOMPOSER_MONITOR, Decomposer
 from musique_models.recipes.reader import reader_monitor
 from musique_models.recipes.select_answer import SELECTOR_MONITOR
