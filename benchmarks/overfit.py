@@ -96,7 +96,7 @@ class ModelSpec:
 
 # Stage settings: no validation (the final weights predict), enough epochs at a high learning rate to memorise.
 # Batch 1 (8 steps an epoch): with the official global attention (everything before the context) and gradient
-# clipping by value, batch 2 x 20 epochs left support F1 at 0.73-0.80 (docs/benchmarks.md).
+# clipping by value, batch 2 x 20 epochs left support F1 at 0.73-0.80 (docs/benchmarks/memorisation.md).
 _READER = [
     "model.reader.max_epochs=20",
     "model.reader.lr=2e-4",
@@ -173,7 +173,7 @@ MODELS: dict[str, ModelSpec] = {
     # Select+Answer with the generative answerer on the real offline MiniLM BERT2BERT (512 positions): the top 4
     # paragraphs (every question's 2-4 supporting ones once the selector has memorised them), each clipped to 100
     # tokens; the selector as select_answer's. Its new cross-attention learns to read the input late and unevenly
-    # across initialisations (docs/benchmarks.md)
+    # across initialisations (docs/benchmarks/memorisation.md)
     "select_generate": ModelSpec(
         "minilm",
         [
@@ -205,7 +205,7 @@ MODELS: dict[str, ModelSpec] = {
     # every weight trained
     "generative_reader": ModelSpec("minilm", _GENERATIVE),
     # the same with LoRA (rank 64 = the model's width, the output layer trained whole): reported only, as LoRA over
-    # a RANDOM frozen model does not memorise (docs/benchmarks.md)
+    # a RANDOM frozen model does not memorise (docs/benchmarks/memorisation.md)
     "generative_reader_lora": ModelSpec(
         "minilm",
         [

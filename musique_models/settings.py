@@ -125,7 +125,7 @@ class GenerativeReaderSettings(GenerationSettings):
     max_target_tokens: int = 64
     label_smoothing: float = 0.0
     # by norm, as seq2seq and LLM fine-tuning do (the trainer's default, by value, as AllenNLP: the MiniLM BERT2BERT
-    # reader then never learned to read its input in the overfit check, docs/benchmarks.md)
+    # reader then never learned to read its input in the overfit check, docs/benchmarks/memorisation.md)
     gradient_clip_algorithm: Optional[str] = "norm"  # noqa: UP045
     finetune: str = "full"
     lora_r: int = 16
