@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-import os
+import signal
+import sys
+
+
+def _stopped_while_starting(signum: int, frame: object) -> None:
+    """A stop signal before even the stop handlers' module has loaded: nothing was written yet; exit 128 + signum."""
+    print(f"stopped ({signal.Signals(signum).name}) before the run started: nothing was written", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+# From the first line, a stop signal ends the command at once (on a busy machine, importing even the light modules
+# below takes a noticeable part of a second); the interpreter's own handlers come back just before STOP's go in.
+_STARTUP_HANDLERS = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+if __name__ == "__main__":
+    for _signum in _STARTUP_HANDLERS:
+        signal.signal(_signum, _stopped_while_starting)
+
+import os  # noqa: E402
 
 # Light modules only: this attempt begins and its stop handlers are in place before anything heavy loads, so that
 # Ctrl-C or a SIGTERM is honoured from the first moment (musique_models.training.stop).
-from musique_models.run_files import begin_attempt, discard_unstarted_run, mark_run_start
-from musique_models.training.stop import STOP, RunInterrupted, stopped_before_start
+from musique_models.run_files import begin_attempt, discard_unstarted_run, mark_run_start  # noqa: E402
+from musique_models.training.stop import STOP, RunInterrupted, stopped_before_start  # noqa: E402
 
 if __name__ == "__main__":
+    for _signum, _handler in _STARTUP_HANDLERS.items():
+        signal.signal(_signum, _handler)
     begin_attempt()
     STOP.install(slurm="SLURM_JOB_ID" in os.environ)
 
