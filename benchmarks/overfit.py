@@ -12,6 +12,7 @@ status is 1 when a model misses a threshold.
 
     python benchmarks/overfit.py model=select_answer              # real MiniLM (backbone=minilm)
     python benchmarks/overfit.py model=beam_select_answer         # Beam Retrieval (MiniLM), then the answerer
+    python benchmarks/overfit.py model=lexical_select_answer      # BM25 (untrained), then the answerer
     python benchmarks/overfit.py model=end2end                    # MiniLM as a 4,096-position Longformer
     python benchmarks/overfit.py model=c_only                     # baseline: reported, no threshold
     python benchmarks/overfit.py model=one_para                   # 1-Para: answer F1 only (it reads one paragraph)
@@ -201,6 +202,9 @@ MODELS: dict[str, ModelSpec] = {
         ],
         thresholds={"answer_f1": ANSWER_F1_MIN, "support_f1": 0.95},
     ),
+    # Select+Answer with BM25 as its first stage (nothing to train there): the answerer memorises the 8 questions
+    # over BM25's top 7; where BM25 leaves a supporting paragraph out, no answerer can name it
+    "lexical_select_answer": ModelSpec("minilm", _SELECT_ANSWER[5:]),
     # the decoder-only reader (the tiny random Llama) over all 20 paragraphs of each question (60 tokens each),
     # every weight trained
     "generative_reader": ModelSpec("minilm", _GENERATIVE),

@@ -103,7 +103,7 @@ MODEL_CONFIGS = sorted(path.stem for path in (PROJECT_ROOT / "conf" / "model").g
 def test_every_stage_of_every_model_config_is_typed(model: str, compose_train_cfg) -> None:
     from omegaconf import DictConfig, OmegaConf
 
-    from musique_models.settings import StageSettings, setting_names
+    from musique_models.settings import ComponentSettings, StageSettings, setting_names
 
     extra = ["backbone=tiny_longformer"] if model in ("end2end", "c_only") else []
     cfg = compose_train_cfg([f"model={model}", *extra])
@@ -116,11 +116,13 @@ def test_every_stage_of_every_model_config_is_typed(model: str, compose_train_cf
     assert stages
     for key, node in stages.items():
         schema = OmegaConf.get_type(node)
-        assert issubclass(schema, StageSettings), f"model.{key} of model={model} has no stage schema"
+        assert issubclass(schema, ComponentSettings), f"model.{key} of model={model} has no component schema"
         assert sorted(node.keys()) == setting_names(schema)
         # what the recipe reads resolves with the schema's types (an interpolation of the dataset's facts included)
         typed = OmegaConf.to_object(node)
-        assert isinstance(typed, schema) and isinstance(typed.max_epochs, int) and isinstance(typed.validate, bool)
+        assert isinstance(typed, schema)
+        if issubclass(schema, StageSettings):  # a trained stage; a component that trains nothing has no epochs
+            assert isinstance(typed.max_epochs, int) and isinstance(typed.validate, bool)
 
 
 def test_per_dataset_settings_live_on_the_model_side(compose_train_cfg) -> None:
@@ -143,3 +145,40 @@ def test_per_dataset_settings_live_on_the_model_side(compose_train_cfg) -> None:
     broken = compose_train_cfg(["model=q_only", "~model.paper_settings.default", "dataset.name=my_corpus"])
     with pytest.raises(InterpolationResolutionError, match="no 'max_epochs' for dataset 'my_corpus' nor a default"):
         OmegaConf.to_container(broken.model, resolve=True)
+
+
+def test_the_component_schemas_are_found_beside_their_recipes_without_importing_torch() -> None:
+    code = (
+        "import sys, musique_models\n"
+        "from hydra.core.config_store import ConfigStore\n"
+        "names = sorted(ConfigStore.instance().list('stage_settings'))\n"
+        "print(','.join(names), 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    schema_files = sorted(path.stem for path in (PROJECT_ROOT / "musique_models" / "recipes").glob("*_settings.py"))
+    assert len(schema_files) >= 7 and "lexical_settings" in schema_files
+    assert "lexical_ranker.yaml" in out[0] and "selector.yaml" in out[0] and len(out[0].split(",")) >= 8
+    assert out[1] == "False"  # registered before any config composes, with no torch import
+
+
+def test_two_schemas_of_one_name_are_refused_naming_both(tmp_path: Path, monkeypatch) -> None:
+    from musique_models.errors import MusiqueModelsError
+    from musique_models.settings import component_schemas
+
+    package = tmp_path / "toy_recipes"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    schema = (
+        "from dataclasses import dataclass\nfrom typing import ClassVar\n"
+        "from musique_models.settings import ComponentSettings\n\n"
+        "@dataclass\nclass {name}(ComponentSettings):\n    config_name: ClassVar[str] = 'ranker'\n"
+    )
+    (package / "one_settings.py").write_text(schema.format(name="OneSettings"))
+    (package / "not_a_schema_module.py").write_text("raise RuntimeError('never imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert list(component_schemas("toy_recipes")) == ["ranker"]
+    (package / "two_settings.py").write_text(schema.format(name="TwoSettings"))
+    with pytest.raises(
+        MusiqueModelsError, match="stage_settings/ranker: named by toy_recipes.one_settings.OneSettings"
+    ):
+        component_schemas("toy_recipes")

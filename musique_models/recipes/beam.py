@@ -42,6 +42,11 @@ class FittedBeamRetriever:
     tokenizer: Any
     settings: dict[str, Any]
 
+    @property
+    def backbone(self) -> BackboneSpec:
+        """The retriever's encoder."""
+        return self.selector.hparams.backbone
+
     def questions(self, table: datasets.Dataset, cache_dir: str | None = None, name: str = "rank") -> datasets.Dataset:
         """`table` featurised for the retriever, one row per question (cached as `name` under `cache_dir`)."""
         return featurize(table, featurize_beam, self.tokenizer, cache_dir, name, **self.settings)
@@ -137,7 +142,7 @@ class BeamSelectAnswer(SelectAnswer):
         questions (an unanswerable one has no complete chain), `micro_batch_size` questions per batch, validated
         on the support F1 of its chains."""
         if self.selector_checkpoint:
-            return self._load_selector(self.selector_checkpoint)
+            return self._selector_from_checkpoint(self.selector_checkpoint)
         settings_cfg = self.selector_cfg
         backbone: BackboneSpec = instantiate(settings_cfg.backbone)
         tokenizer = load_tokenizer(backbone)
@@ -165,7 +170,7 @@ class BeamSelectAnswer(SelectAnswer):
         )
         return FittedBeamRetriever(best, tokenizer, settings)
 
-    def _load_selector(self, path: str | Path) -> FittedBeamRetriever:
+    def _selector_from_checkpoint(self, path: str | Path) -> FittedBeamRetriever:
         retriever = load_beam_retriever(path)
         settings = {"max_length": retriever.hparams.max_length, "label_order": retriever.hparams.label_order}
         return FittedBeamRetriever(retriever, load_tokenizer(retriever.hparams.backbone), settings)

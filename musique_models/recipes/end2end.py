@@ -23,6 +23,7 @@ from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.decoding import DecodedQuestion
 from musique_models.models.end2end import End2EndReader
 from musique_models.recipes.base import RunContext, decoded_predictions
+from musique_models.recipes.end2end_settings import ReaderSettings
 from musique_models.recipes.fitting import StageInputs, fit_stage
 from musique_models.recipes.reader import (
     YES_NO_MODES,
@@ -33,7 +34,6 @@ from musique_models.recipes.reader import (
     single_input_settings,
     yes_no_setup,
 )
-from musique_models.settings import ReaderSettings
 from musique_models.training.stage import finished_checkpoint
 
 

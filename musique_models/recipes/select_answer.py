@@ -46,8 +46,8 @@ from musique_models.recipes.reader import (
     single_input_settings,
     yes_no_setup,
 )
+from musique_models.recipes.select_answer_settings import AnswererSettings
 from musique_models.run_files import RANKING_FILE, stage_ranking_file
-from musique_models.settings import AnswererSettings
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
 from musique_models.training.loaders import BalancedNegatives
@@ -68,6 +68,11 @@ class FittedSelector:
     selector: ParagraphSelector
     tokenizer: Any
     settings: dict[str, Any]
+
+    @property
+    def backbone(self) -> BackboneSpec:
+        """The selector's encoder (the answerer shares its tokenizer when it has the same one)."""
+        return self.selector.hparams.backbone
 
     def pairs(self, table: datasets.Dataset, cache_dir: str | None = None, name: str = "rank") -> datasets.Dataset:
         """Every (row, paragraph) pair of `table`, featurised for the selector (cached as `name` under `cache_dir`;
@@ -95,10 +100,18 @@ class Ranker(Protocol):
 
 
 class FittedRanker(Protocol):
-    """A trained first stage of Select+Answer: its module (`selector`), its tokenizer, and its placed ranker."""
+    """A first stage of Select+Answer, trained or not: its encoder (`backbone`; None for a component without one,
+    as the BM25 ranker of `recipes/lexical.py`), its tokenizer (None likewise), and its placed ranker."""
 
-    selector: Any
-    tokenizer: Any
+    @property
+    def backbone(self) -> BackboneSpec | None:
+        """The stage's encoder; None for a component without one."""
+        ...
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer of `backbone`; None without one."""
+        ...
 
     def ranker(self, cfg: DictConfig, batch_size: int) -> Ranker:
         """The stage placed once for ranking under the run's config `cfg`."""
@@ -311,7 +324,7 @@ class SelectAnswer:
         gold paragraphs and as many negatives, drawn afresh every epoch; a batch is `micro_batch_size` questions),
         validated on every paragraph."""
         if self.selector_checkpoint:
-            return self._load_selector(self.selector_checkpoint)
+            return self._selector_from_checkpoint(self.selector_checkpoint)
         backbone: BackboneSpec = instantiate(self.selector_cfg.backbone)
         tokenizer = load_tokenizer(backbone)
         selector = ParagraphSelector(
@@ -339,7 +352,13 @@ class SelectAnswer:
         )
         return FittedSelector(best, tokenizer, settings)
 
-    def _load_selector(self, path: str | Path) -> FittedRanker:
+    def _load_selector(self, run_dir: Path, stage: str) -> FittedRanker:
+        """The first stage `stage` of the finished run in `run_dir`: the reused `selector_checkpoint`, else the
+        stage's best checkpoint (`StageNotFinishedError` when it has none). A first stage that trains nothing
+        overrides this (and `_fit_selector`) and reads no checkpoint."""
+        return self._selector_from_checkpoint(self.selector_checkpoint or finished_checkpoint(run_dir, stage))
+
+    def _selector_from_checkpoint(self, path: str | Path) -> FittedRanker:
         """The trained selector of checkpoint `path` (a run's best, or `selector_checkpoint`)."""
         return self._fitted_selector(load_selector(str(path)))
 
@@ -369,7 +388,7 @@ class SelectAnswer:
         `evaluation`'s when it is given."""
         cfg = context.cfg
         backbone: BackboneSpec = instantiate(self.answerer_cfg.backbone)
-        shares_backbone = backbone == selector.selector.hparams.backbone
+        shares_backbone = selector.backbone is not None and backbone == selector.backbone
         tokenizer = selector.tokenizer if shares_backbone else load_tokenizer(backbone)
         featurizer, settings, prefix = self._answerer_setup(cfg, backbone)
         _, answer_type_head = yes_no_setup(cfg, self.yes_no)
@@ -398,8 +417,7 @@ class SelectAnswer:
     def load(self, cfg: DictConfig, run_dir: Path, stage_prefix: str = "") -> SelectAnswerPredictor:
         """The best selector and answerer of the finished run in `run_dir` (`cfg`: its config); never trains. A
         run that reused a selector (`selector_checkpoint`) loads that one again."""
-        selector_checkpoint = self.selector_checkpoint or finished_checkpoint(run_dir, f"{stage_prefix}selector")
-        selector = self._load_selector(selector_checkpoint)
+        selector = self._load_selector(Path(run_dir), f"{stage_prefix}selector")
         fitted_answerer = self._load_answerer(cfg, finished_checkpoint(run_dir, f"{stage_prefix}answerer"))
         fitted = FittedSelectAnswer(selector, self.top_k, fitted_answerer)
         return SelectAnswerPredictor(fitted, cfg, self.eval_batch_size, self.support)

@@ -32,7 +32,7 @@ def test_a_config_saved_before_a_setting_existed_still_builds_its_recipe() -> No
 
     from musique_models.recipes.end2end import End2End
     from musique_models.recipes.select_answer import SelectAnswer
-    from musique_models.settings import AnswererSettings
+    from musique_models.recipes.select_answer_settings import AnswererSettings
 
     # config.yaml of a run made before `global_attention` and `input` were settings (evaluate.py run= loads it)
     End2End(reader=OmegaConf.create({"max_question_tokens": 150}))
