@@ -3,7 +3,8 @@
 model that predicts no answers), its place among the report's rows (`order`), its `family` (`multihop`: a system
 of the paper's tables; `artifact`: a baseline that measures what a dataset gives away; `stage`: a part of another
 system), its jobs in the paper's grid (`paper_experiments`: names of `conf/experiment/` files) and the tiny
-backbones its contract test trains it with (`tiny`: overrides); `predicts_support: false` for a model that names no
+backbones its contract test trains it with (`tiny`: overrides) on `contract_dataset` (a `conf/dataset` name;
+`musique_ans` unless set: the models spread the four datasets between them); `predicts_support: false` for a model that names no
 supporting paragraphs (Q-only: the report shows its support cells as "–", as the paper does, and tests nothing on
 them). The report, the paper grid
 (`experiment=paper_grid`) and the tests read them here: a model joins all three by its config.
@@ -41,6 +42,7 @@ class System:
     tiny: tuple[str, ...] = ()
     executors: tuple[str, ...] = ()
     predicts_support: bool = True
+    contract_dataset: str = "musique_ans"
 
     @classmethod
     def from_entry(cls, model: str, entry: dict[str, Any]) -> System:
@@ -58,6 +60,7 @@ class System:
             tiny=tuple(entry.get("tiny") or ()),
             executors=tuple(entry.get("executors") or ()),
             predicts_support=bool(entry.get("predicts_support", True)),
+            contract_dataset=str(entry.get("contract_dataset", "musique_ans")),
         )
 
 

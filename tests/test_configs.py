@@ -182,3 +182,10 @@ def test_two_schemas_of_one_name_are_refused_naming_both(tmp_path: Path, monkeyp
         MusiqueModelsError, match="stage_settings/ranker: named by toy_recipes.one_settings.OneSettings"
     ):
         component_schemas("toy_recipes")
+
+
+def test_every_systems_contract_dataset_is_a_dataset_config() -> None:
+    from musique_models.systems import registry
+
+    assert {system.contract_dataset for system in registry().values()} <= set(DATASET_CONFIGS)
+    assert len({system.contract_dataset for system in registry().values()}) == 4  # the models spread all four

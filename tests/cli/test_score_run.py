@@ -36,25 +36,11 @@ COMMON = [
     ONE_THREAD,
     "logger=none",
 ]
-# (model, dataset, overrides): every model family that answers, each on another dataset, all tiny and random
 # The contract test: every model the registry names (`system:` in its conf/model/ config) is trained on its tiny
-# backbones (`system.tiny`), then `evaluate.py run=` must reproduce it without training. A new model is tested by
-# its config. Each model's dataset here spreads the four datasets over the models (musique_ans for a new one).
-DATASET_OF = {
-    "one_para": "hotpotqa_20k",
-    "end2end": "2wiki_20k",
-    "q_only": "2wiki_20k",
-    "c_only": "musique_ans",
-    "select_generate": "musique_full",
-    "generative_reader": "hotpotqa_20k",
-    "beam_select_answer": "musique_full",
-}
+# backbones (`system.tiny`) on its `system.contract_dataset`, then `evaluate.py run=` must reproduce it without
+# training. A new model is tested by its config.
 RUNS = {
-    f"{model}-{DATASET_OF.get(model, 'musique_ans')}": [
-        f"model={model}",
-        f"dataset={DATASET_OF.get(model, 'musique_ans')}",
-        *system.tiny,
-    ]
+    f"{model}-{system.contract_dataset}": [f"model={model}", f"dataset={system.contract_dataset}", *system.tiny]
     for model, system in registry().items()
     if system.name is not None
 }

@@ -1,4 +1,4 @@
-"""Sweeps: the paper's grid as one multirun (`experiment=paper_grid`: the 34 systems of its tables, SA (T5) and Beam SA included, one job each;
+"""Sweeps: the paper's grid as one multirun (`experiment=paper_grid`: every system's `paper_experiments` in the registry, one job each;
 `experiment=paper_grid_tiny`: the same grid on tiny backbones, run here) and the Optuna search over Select+Answer's
 learning rates and K (`hparams_search=select_answer_optuna`, two trials run here)."""
 
@@ -15,28 +15,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
+from musique_models.systems import registry
 from tests.conftest import ONE_THREAD, run_python
 
-DATASETS = ["musique_ans", "musique_full", "hotpotqa_20k", "2wiki_20k"]
-WITH_DECOMPOSITIONS = ["musique_ans", "musique_full", "2wiki_20k"]  # HotpotQA has none: no EX on it
-# The paper's systems: (experiment config, model, dataset).
-PAPER_SYSTEMS = {
-    *(
-        (f"{prefix}_{dataset}", model, dataset)
-        for prefix, model in [
-            ("ee", "end2end"),
-            ("sa", "select_answer"),
-            ("sa_t5", "select_generate"),
-            ("beam_sa", "beam_select_answer"),
-        ]
-        for dataset in DATASETS
-    ),
-    *(
-        (f"{prefix}_{dataset}", "step_execution", dataset)
-        for prefix in ["ex_ee", "ex_sa"]
-        for dataset in WITH_DECOMPOSITIONS
-    ),
-    *((f"{model}_{dataset}", model, dataset) for model in ["q_only", "c_only", "one_para"] for dataset in DATASETS),
+# The paper's grid, from the registry: each system's `paper_experiments` (experiment config -> model config).
+PAPER_EXPERIMENTS = {
+    experiment: model for model, system in registry().items() for experiment in system.paper_experiments
 }
 
 
@@ -53,7 +37,13 @@ def _sweep_jobs(overrides: list[str]) -> list[list[str]]:
 def test_the_paper_grid_lists_every_system_of_the_tables_once() -> None:
     jobs = _sweep_jobs(["experiment=paper_grid"])
     systems = [next(o.split("=", 1)[1] for o in job if o.startswith("+experiment@_global_=")) for job in jobs]
-    assert sorted(systems) == sorted(name for name, _, _ in PAPER_SYSTEMS) and len(systems) == 34
+    assert sorted(systems) == sorted(PAPER_EXPERIMENTS)  # once each
+    for experiment, model in PAPER_EXPERIMENTS.items():  # each file sets the model that lists it, and a dataset
+        defaults = yaml.safe_load((PROJECT_ROOT / "conf" / "experiment" / f"{experiment}.yaml").read_text())["defaults"]
+        overrides = {key: value for entry in defaults if isinstance(entry, dict) for key, value in entry.items()}
+        assert overrides["override /model"] == model, experiment
+        assert experiment.endswith(f"_{overrides['override /dataset']}"), experiment
+    assert not [e for e, model in PAPER_EXPERIMENTS.items() if model == "step_execution" and "hotpotqa" in e]
     shipped = {path.stem for path in (PROJECT_ROOT / "conf" / "experiment").glob("*.yaml")}
     assert shipped - set(systems) == {"decomposer_musique", "decomposer_2wiki", "paper_grid", "paper_grid_tiny"}
 
@@ -73,7 +63,7 @@ def test_the_tiny_paper_grid_runs_every_system_in_one_multirun(tmp_path: Path) -
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted((path for path in sweep_dir.iterdir() if path.is_dir()), key=lambda p: int(p.name.split("_")[0]))
-    assert len(jobs) == 34
+    assert len(jobs) == len(PAPER_EXPERIMENTS)
     cells = set()
     for job in jobs:
         assert json.loads((job / "status.json").read_text())["status"] == "finished", job.name
@@ -82,8 +72,10 @@ def test_the_tiny_paper_grid_runs_every_system_in_one_multirun(tmp_path: Path) -
         assert job.name == f"{job.name.split('_')[0]}_{config.experiment_name}"
         components = [key for key in ("selector", "answerer", "reader", "decomposer") if key in config.model]
         assert all(config.model[key].backbone.name.startswith("tiny") for key in components), job.name
+        # an experiment is `<system>_<dataset>`, on the model that lists it
+        assert config.experiment_name.endswith(f"_{config.dataset.name}"), job.name
         cells.add((config.experiment_name, config.model.name, config.dataset.name))
-    assert cells == PAPER_SYSTEMS
+    assert {(experiment, model) for experiment, model, _ in cells} == set(PAPER_EXPERIMENTS.items())
     assert not any(model == "step_execution" and dataset == "hotpotqa_20k" for _, model, dataset in cells)
 
 
