@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -89,6 +89,63 @@ class GenerationSettings(StageSettings):
     num_beams: int = 1
 
 
+@dataclass
+class OfficialFacts:
+    """What counting a run's steps on a dataset's official files needs and no file of the sample holds
+    (`python -m musique_models.plan`): questions per split, paragraphs per question, supporting paragraphs over a
+    split (mean hops: supporting / questions), rows per question id (`twins`: 2 on MuSiQue-Full, each question with
+    its unanswerable contrast), whether the questions have decompositions (Step Execution), and where the counts
+    come from."""
+
+    train_questions: int
+    dev_questions: int
+    paragraphs: int
+    train_supporting: int
+    dev_supporting: int
+    twins: int = 1
+    decompositions: bool = True
+    source: str = ""
+
+
+@dataclass
+class DatasetSettings:
+    """A `conf/dataset/<name>.yaml` (the `DatasetSource` it instantiates): its files (official and sample), format,
+    training subsample, and what the readers take from it: `include_title` ("title || text" in the readers'
+    inputs, as the official readers; never in the selector's) and `yes_no_answers` (yes/no comparison answers: the
+    readers' `( yes | no )` prefix). `official`: the official files' counts for the plan (None: the plan cannot
+    count runs on this dataset). A dataset config takes this schema first in its defaults list
+    (`- dataset_schema`), so each of these has its type and default here, once."""
+
+    _target_: str = "musique_models.data.source.DatasetSource"
+    name: str = "???"
+    display_name: str = "???"
+    format: str = "???"
+    data_dir: str = "???"
+    files: dict[str, str] = field(default_factory=dict)
+    sample: bool = False
+    sample_files: dict[str, str] = field(default_factory=dict)
+    unlabelled_splits: list[str] = field(default_factory=list)
+    derived_sample: bool = False
+    paired: bool = False
+    train_size: Optional[int] = None  # noqa: UP045
+    seed: int = 42
+    cache_dir: str = ".cache/datasets"
+    urls: dict[str, str] = field(default_factory=dict)
+    hub_path: Optional[str] = None  # noqa: UP045
+    download_help: str = ""
+    include_title: bool = False
+    yes_no_answers: bool = False
+    official: Optional[OfficialFacts] = None  # noqa: UP045
+
+
+def dataset_setting(dataset: Any, key: str) -> Any:
+    """A run's dataset setting `key` (`cfg.dataset`), its `DatasetSettings` default when the config lacks it (a run
+    saved before the setting existed)."""
+    default = {item.name: item for item in fields(DatasetSettings)}[key]
+    fallback = default.default_factory() if callable(default.default_factory) else default.default
+    return dataset.get(key, fallback)
+
+
 def schema_modules(package: str = RECIPES_PACKAGE) -> list[str]:
     """The light modules of `package` that hold component schemas (names ending in `_settings`), sorted."""
     found = importlib.import_module(package)
@@ -129,9 +186,10 @@ def setting_names(schema: type[ComponentSettings]) -> list[str]:
 
 
 def register_stage_settings(package: str = RECIPES_PACKAGE) -> dict[str, type[ComponentSettings]]:
-    """Register every schema of `package`'s settings modules as `stage_settings/<config_name>` (idempotent); the
-    schemas, by name."""
+    """Register every schema of `package`'s settings modules as `stage_settings/<config_name>`, and the dataset
+    configs' schema as `dataset/dataset_schema` (idempotent); the component schemas, by name."""
     store = ConfigStore.instance()
+    store.store(group="dataset", name="dataset_schema", node=DatasetSettings)
     schemas = component_schemas(package)
     for name, schema in schemas.items():
         store.store(group="stage_settings", name=name, node=schema)

@@ -189,3 +189,19 @@ def test_every_systems_contract_dataset_is_a_dataset_config() -> None:
 
     assert {system.contract_dataset for system in registry().values()} <= set(DATASET_CONFIGS)
     assert len({system.contract_dataset for system in registry().values()}) == 4  # the models spread all four
+
+
+def test_a_dataset_config_is_typed_by_its_schema(compose_train_cfg) -> None:
+    from hydra.errors import ConfigCompositionException
+    from omegaconf import OmegaConf
+
+    from musique_models.settings import DatasetSettings, dataset_setting
+
+    for dataset in DATASET_CONFIGS:
+        assert OmegaConf.get_type(compose_train_cfg([f"dataset={dataset}"]).dataset) is DatasetSettings
+    # a value of the wrong type is refused when the config composes (untyped, "sometimes" would read as true)
+    with pytest.raises(ConfigCompositionException, match="include_title"):
+        compose_train_cfg(["dataset.include_title=sometimes"])
+    # a run saved before a key existed reads the schema's default
+    assert dataset_setting(OmegaConf.create({"name": "old"}), "include_title") is False
+    assert dataset_setting(OmegaConf.create({"include_title": True}), "include_title") is True

@@ -180,4 +180,9 @@ def test_what_the_plan_cannot_count_is_one_line(compose_train_cfg, capsys) -> No
     assert exited.value.code == 2 and "dataset.sample=true" in capsys.readouterr().err
     with pytest.raises(PlanError, match="needs decompositions"):
         plan_job(compose_train_cfg(["experiment=ex_sa_musique_ans", "dataset=hotpotqa_20k"]))
+    # a dataset config without the official counts; a recipe without a plan (the prompted LLM)
+    with pytest.raises(PlanError, match="dataset=musique_ans: its config has no `official` counts"):
+        plan_job(compose_train_cfg(["experiment=sa_musique_ans", "dataset.official=null"]))
+    with pytest.raises(PlanError, match=r"model=llm_prompt \(PromptedLLM\): its recipe has no `plan`"):
+        plan_job(compose_train_cfg(["model=llm_prompt", "dataset.sample=false"]))
     assert parse_throughput({"components": {}}, "x").measurements == {}

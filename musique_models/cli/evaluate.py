@@ -24,6 +24,7 @@ from musique_models.evaluation.evaluator import (
 from musique_models.evaluation.intervals import BOOTSTRAP_NOTE, PER_HOP_NOTE, bootstrap_settings, paired_metric_tests
 from musique_models.io import write_json
 from musique_models.run_files import check_run_folder
+from musique_models.settings import dataset_setting
 
 MODES = ("standard", "dire")
 _REQUIRED = {
@@ -61,7 +62,7 @@ def gold_layout(cfg: DictConfig) -> tuple[str | None, bool | None]:
         raise EvaluateConfigError(
             f"format={data_format} contradicts dataset={dataset.name} (format {dataset.format}); give only one of them"
         )
-    return dataset.format, bool(dataset.get("paired", False))
+    return dataset.format, bool(dataset_setting(dataset, "paired"))
 
 
 def check_options(cfg: DictConfig) -> None:

@@ -8,8 +8,9 @@ import os
 import shutil
 import tempfile
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import datasets
 from datasets.arrow_writer import ArrowWriter
@@ -101,6 +102,7 @@ class DatasetSource:
         include_title: bool = False,
         yes_no_answers: bool = False,
         unlabelled_splits: list[str] | tuple[str, ...] = (),
+        official: Mapping[str, Any] | None = None,
     ) -> None:
         if format not in FORMATS:
             raise DatasetConfigError(
@@ -114,6 +116,7 @@ class DatasetSource:
         if sample and not sample_files:
             raise DatasetConfigError(no_sample_message(name, data_dir))
         self.name = name
+        self.official = official  # the official files' counts, for the plan (`OfficialFacts`); None: unknown
         self.display_name = display_name
         self.format = format
         self.files = dict(files)

@@ -6,7 +6,6 @@ from a throughput file measured by `benchmarks/gpu_check.py`. The CLI is `musiqu
 """
 
 from musique_models.plan.jobs import (
-    DATASET_FACTS,
     KINDS,
     PREDICT,
     TRAIN,
@@ -16,6 +15,7 @@ from musique_models.plan.jobs import (
     PlanError,
     StagePlan,
     components,
+    dataset_facts,
     job_overrides,
     plan_experiment,
     plan_job,
@@ -33,7 +33,6 @@ from musique_models.plan.projection import (
 )
 
 __all__ = [
-    "DATASET_FACTS",
     "KINDS",
     "PREDICT",
     "TRAIN",
@@ -48,6 +47,7 @@ __all__ = [
     "StagePlan",
     "Throughput",
     "components",
+    "dataset_facts",
     "job_overrides",
     "load_throughput",
     "merge_throughputs",

@@ -26,6 +26,18 @@ from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.beam_retriever import BeamRetriever, ChainMetric
 from musique_models.recipes.base import RunContext
 from musique_models.recipes.fitting import StageInputs, fit_stage
+from musique_models.recipes.planning import (
+    BEAM_RETRIEVER,
+    PREDICT,
+    TRAIN,
+    Component,
+    PlanSplits,
+    StagePlan,
+    ranking_stages,
+    reader_stages,
+    train_work,
+    validation_stages,
+)
 from musique_models.recipes.select_answer import SelectAnswer, ranking_rows
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
@@ -174,3 +186,38 @@ class BeamSelectAnswer(SelectAnswer):
         retriever = load_beam_retriever(path)
         settings = {"max_length": retriever.hparams.max_length, "label_order": retriever.hparams.label_order}
         return FittedBeamRetriever(retriever, load_tokenizer(retriever.hparams.backbone), settings)
+
+    @classmethod
+    def plan(cls, cfg: DictConfig, splits: PlanSplits) -> list[StagePlan]:
+        """The stages of a run: Beam Retrieval (trained on the answerable rows), its chains, Select+Answer's
+        answerer reading each chain."""
+        model = cfg.model
+        retriever = model.selector
+        eval_batch = int(model.eval_batch_size)
+        # the mean hops rounded up: a question's retrieval work grows with its hops, so the count stays an upper bound
+        hops = math.ceil(splits.support)
+        shape = {
+            "backbone": retriever.backbone.name,
+            "kind": BEAM_RETRIEVER,
+            "tokens": min(int(retriever.max_length), int(retriever.backbone.max_length)),
+            "paragraphs": splits.paragraphs,
+            "beams": int(retriever.beam_size),
+            "hops": hops,
+        }
+        train = Component(
+            mode=TRAIN,
+            batch=int(retriever.micro_batch_size),
+            gradient_checkpointing=bool(retriever.gradient_checkpointing),
+            **shape,
+        )
+        predict = Component(mode=PREDICT, batch=eval_batch, **shape)
+        stages = []
+        if not model.get("selector_checkpoint"):
+            # the answerable rows only: an unanswerable twin has no complete chain to learn
+            answerable = splits.train // splits.twins
+            stages.append(train_work("selector", train, answerable, "answerable rows", retriever))
+            stages += validation_stages("selector", predict, splits, retriever, eval_batch)
+        stages += ranking_stages("selector", predict, splits, model.answerer, eval_batch, rows_are_pairs=False)
+        # the answerer reads the chain: a question's hops (rounded up)
+        paragraphs_read = (math.ceil(splits.support), math.ceil(splits.support_dev))
+        return stages + reader_stages(cfg, model.answerer, splits, "answerer", paragraphs_read)

@@ -28,6 +28,15 @@ from musique_models.models.backbone import BackboneSpec
 from musique_models.models.decomposer import QuestionDecomposer, decomposition_scores, load_decomposer_tokenizer
 from musique_models.recipes.base import RunContext
 from musique_models.recipes.fitting import StageInputs, fit_stage
+from musique_models.recipes.planning import (
+    PREDICT,
+    PlanError,
+    PlanSplits,
+    StagePlan,
+    predict_work,
+    seq2seq_component,
+    seq2seq_stages,
+)
 from musique_models.run_files import DECOMPOSITIONS_FILE
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
@@ -179,6 +188,32 @@ class Decomposer:
         """The best decomposer of the finished run in `run_dir` (or the reused `decomposer_checkpoint`); never
         trains."""
         return self._reused(self.decomposer_checkpoint or finished_checkpoint(run_dir, "decomposer"), cfg)
+
+    @classmethod
+    def plan(cls, cfg: DictConfig, splits: PlanSplits) -> list[StagePlan]:
+        """The stages of a run (alone or as Step Execution's first stage): trained on every training row, validated
+        on the dev rows, then decomposing each dev question once; a reused decomposer (`decomposer_checkpoint`)
+        only decomposes."""
+        if not splits.decompositions:
+            raise PlanError(f"model={cfg.model.name} needs decompositions, and {splits.dataset} has none")
+        stage = cfg.model.decomposer
+        source, target = int(stage.max_source_tokens) + 2, int(stage.max_target_tokens)
+        if cfg.model.get("decomposer_checkpoint"):
+            generate = seq2seq_component(stage, PREDICT, int(cfg.model.eval_batch_size), source, target)
+            return [
+                predict_work("decomposer", "decompose the dev questions", generate, splits.dev_questions, "questions")
+            ]
+        return seq2seq_stages(
+            cfg,
+            "decomposer",
+            stage,
+            splits,
+            source=source,
+            target=target,
+            generated=target,
+            predict_examples=splits.dev_questions,
+            predict_unit="question ids",  # one decomposition per question id
+        )
 
 
 def decomposer_metrics(fitted: FittedDecomposer, predicted: list[str], gold: list[list[str]]) -> dict[str, float]:

@@ -25,6 +25,7 @@ from musique_models.models.end2end import End2EndReader
 from musique_models.recipes.base import RunContext, decoded_predictions
 from musique_models.recipes.end2end_settings import ReaderSettings
 from musique_models.recipes.fitting import StageInputs, fit_stage
+from musique_models.recipes.planning import PlanSplits, StagePlan, reader_stages
 from musique_models.recipes.reader import (
     YES_NO_MODES,
     FittedReader,
@@ -34,6 +35,7 @@ from musique_models.recipes.reader import (
     single_input_settings,
     yes_no_setup,
 )
+from musique_models.settings import dataset_setting
 from musique_models.training.stage import finished_checkpoint
 
 
@@ -85,7 +87,7 @@ class End2End:
 
     def _reading(self, cfg: DictConfig, backbone: BackboneSpec) -> tuple[dict[str, Any], bool, str]:
         """(featuriser settings, include_title, context prefix) of the reader under the run's config `cfg`."""
-        include_title = bool(cfg.dataset.get("include_title", False))
+        include_title = bool(dataset_setting(cfg.dataset, "include_title"))
         prefix, _ = yes_no_setup(cfg, self.yes_no)
         settings = single_input_settings(self.reader_cfg, backbone, include_title, prefix, self.empty_question)
         return settings, include_title, prefix
@@ -126,6 +128,12 @@ class End2End:
         reader = End2EndReader.load_from_checkpoint(finished_checkpoint(run_dir, name or self.name), map_location="cpu")
         fitted = self._fitted(cfg, reader, load_tokenizer(reader.hparams.backbone))
         return End2EndPredictor(fitted, cfg, self.eval_batch_size)
+
+    @classmethod
+    def plan(cls, cfg: DictConfig, splits: PlanSplits) -> list[StagePlan]:
+        """The stages of a run (End2End and C-only): one reader over every paragraph, as stage `<model name>`."""
+        paragraphs = (splits.paragraphs, splits.paragraphs)
+        return reader_stages(cfg, cfg.model.reader, splits, str(cfg.model.name), paragraphs)
 
 
 def in_dataset_order(table: datasets.Dataset) -> datasets.Dataset:

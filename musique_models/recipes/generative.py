@@ -39,9 +39,11 @@ from musique_models.models.generative_reader import GenerativeReader
 from musique_models.models.selector import load_selector
 from musique_models.recipes.base import RunContext, decoded_predictions
 from musique_models.recipes.fitting import StageInputs, fit_stage
+from musique_models.recipes.planning import PlanSplits, StagePlan, generative_stages, selector_stages
 from musique_models.recipes.reader import reader_monitor
 from musique_models.recipes.select_answer import FittedRanker, FittedSelector, SelectAnswer, SelectorRanker, with_top_k
 from musique_models.run_files import EXEMPLARS_FILE, GENERATION_SPEED_FILE, GENERATIONS_FILE
+from musique_models.settings import dataset_setting
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
 from musique_models.training.stage import finished_checkpoint
@@ -74,7 +76,7 @@ def generative_settings(
         "max_paragraph_tokens": stage_cfg.max_paragraph_tokens,
         "max_source_tokens": min(stage_cfg.max_source_tokens, backbone.max_length),
         "max_target_tokens": stage_cfg.max_target_tokens,
-        "include_title": bool(cfg.dataset.get("include_title", False)),
+        "include_title": bool(dataset_setting(cfg.dataset, "include_title")),
         "with_answerability": with_answerability,
         "exemplars": list(exemplars or []),
     }
@@ -375,6 +377,11 @@ class SelectGenerate(SelectAnswer):
 
     def _load_answerer(self, cfg: DictConfig, path: Path) -> FittedGenerativeReader:
         return load_generative_stage(cfg, self.answerer_cfg, path)
+
+    @classmethod
+    def plan(cls, cfg: DictConfig, splits: PlanSplits) -> list[StagePlan]:
+        """The stages of a run: Select+Answer's selector and its rankings, a seq2seq answerer on its top K."""
+        return selector_stages(cfg, splits, "", generative_stages(cfg, splits))
 
 
 class GenerativeReaderRecipe:

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from musique_models.errors import MusiqueModelsError, check_choice
 from musique_models.features.lexical import BM25_METHODS, bm25_ranking
 from musique_models.recipes.base import RunContext
+from musique_models.recipes.planning import PlanSplits, StagePlan, reader_stages
 from musique_models.recipes.select_answer import SelectAnswer, ranking_record
 
 
@@ -97,3 +98,8 @@ class LexicalSelectAnswer(SelectAnswer):
     def _load_selector(self, run_dir: Path, stage: str) -> LexicalRanker:
         """Stage 1 of a finished run: BM25 with the run's settings (no checkpoint to read)."""
         return self._ranker()
+
+    @classmethod
+    def plan(cls, cfg: DictConfig, splits: PlanSplits) -> list[StagePlan]:
+        """The stages of a run that need an accelerator: the answerer on BM25's top K (BM25 itself is a CPU pass)."""
+        return reader_stages(cfg, cfg.model.answerer, splits, "answerer")

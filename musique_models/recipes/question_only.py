@@ -23,6 +23,7 @@ from musique_models.models.decoding import decode_answers
 from musique_models.models.question_only import QuestionOnlyAnswerer
 from musique_models.recipes.base import Predictor, RunContext
 from musique_models.recipes.fitting import StageInputs, fit_stage
+from musique_models.recipes.planning import PlanSplits, StagePlan, seq2seq_stages
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
 from musique_models.training.stage import finished_checkpoint
@@ -125,3 +126,18 @@ class QuestionOnly:
             finished_checkpoint(Path(run_dir), STAGE_NAME), map_location="cpu"
         )
         return QuestionOnlyPredictor(module, cfg, self.eval_batch_size, question_only_settings(self.answerer_cfg))
+
+    @classmethod
+    def plan(cls, cfg: DictConfig, splits: PlanSplits) -> list[StagePlan]:
+        """The stages of a run: a seq2seq answerer reading the question alone, stage `answerer`."""
+        stage = cfg.model.answerer
+        return seq2seq_stages(
+            cfg,
+            "answerer",
+            stage,
+            splits,
+            source=int(stage.max_question_tokens) + 2,
+            target=int(stage.max_answer_tokens) + 2,
+            generated=int(stage.max_answer_tokens) + 1,
+            predict_examples=splits.dev,
+        )

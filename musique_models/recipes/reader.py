@@ -17,7 +17,7 @@ from musique_models.features.context import YES_NO_PREFIX, ContextBuilder
 from musique_models.models.answerer import MultiParagraphAnswerer
 from musique_models.models.backbone import BackboneSpec
 from musique_models.models.decoding import DecodedQuestion
-from musique_models.settings import SingleInputSettings
+from musique_models.settings import SingleInputSettings, dataset_setting
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
 
@@ -66,7 +66,7 @@ def yes_no_setup(cfg: DictConfig, mode: str) -> tuple[str, bool]:
     `prefix` opens every context with `( yes | no )` and reads yes/no as spans (the official way), `head` adds the
     answer-type head instead; other datasets get neither."""
     check_choice("model.yes_no", mode, YES_NO_MODES)
-    if not cfg.dataset.get("yes_no_answers", False):
+    if not dataset_setting(cfg.dataset, "yes_no_answers"):
         return "", False
     return (YES_NO_PREFIX, False) if mode == "prefix" else ("", True)
 

@@ -37,6 +37,7 @@ from musique_models.models.end2end import End2EndReader
 from musique_models.models.selector import ParagraphSelector, RankingMetric, load_selector, rank_paragraphs
 from musique_models.recipes.base import RunContext, decoded_predictions
 from musique_models.recipes.fitting import StageInputs, features_cache, fit_stage
+from musique_models.recipes.planning import PlanSplits, StagePlan, reader_stages, selector_stages
 from musique_models.recipes.reader import (
     YES_NO_MODES,
     FittedAnswerer,
@@ -48,6 +49,7 @@ from musique_models.recipes.reader import (
 )
 from musique_models.recipes.select_answer_settings import AnswererSettings
 from musique_models.run_files import RANKING_FILE, stage_ranking_file
+from musique_models.settings import dataset_setting
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
 from musique_models.training.loaders import BalancedNegatives
@@ -288,7 +290,7 @@ class SelectAnswer:
 
     def _answerer_setup(self, cfg: DictConfig, backbone: BackboneSpec) -> tuple[Any, dict[str, Any], str]:
         """(featuriser, its settings, context prefix) of the answerer under the run's config `cfg`."""
-        include_title = bool(cfg.dataset.get("include_title", False))
+        include_title = bool(dataset_setting(cfg.dataset, "include_title"))
         prefix, _ = yes_no_setup(cfg, self.yes_no)
         if self._single_input(backbone):
             return featurize_end2end, single_input_settings(self.answerer_cfg, backbone, include_title, prefix), prefix
@@ -427,3 +429,9 @@ class SelectAnswer:
         answerer_class = self._answerer_class(instantiate(self.answerer_cfg.backbone))
         answerer = answerer_class.load_from_checkpoint(path, map_location="cpu")
         return self._fitted_answerer(cfg, answerer, load_tokenizer(answerer.hparams.backbone))
+
+    @classmethod
+    def plan(cls, cfg: DictConfig, splits: PlanSplits) -> list[StagePlan]:
+        """The stages of a run (`python -m musique_models.plan`): the selector, its rankings, the answerer on its
+        top K (Select+Answer and 1-Para)."""
+        return selector_stages(cfg, splits, "", reader_stages(cfg, cfg.model.answerer, splits, "answerer"))

@@ -42,6 +42,7 @@ from musique_models.recipes.base import RunContext
 from musique_models.recipes.decomposer import Decomposer, DecomposerPredictor, require_decompositions
 from musique_models.recipes.end2end import End2End
 from musique_models.recipes.fitting import features_cache
+from musique_models.recipes.planning import PlanError, PlanSplits, StagePlan, reader_stages, selector_stages
 from musique_models.recipes.select_answer import SelectAnswer
 from musique_models.run_files import STEPS_FILE
 
@@ -255,3 +256,27 @@ class StepExecution:
         else:
             executor = self.select_answer.load(cfg, run_dir, stage_prefix=EXECUTOR_PREFIX)
         return StepExecutionPredictor(decomposer, executor)
+
+    @classmethod
+    def plan(cls, cfg: DictConfig, splits: PlanSplits) -> list[StagePlan]:
+        """The stages of a run: the decomposer (unless `decomposition=gold`), then the single-hop executor
+        (`executor=end2end`: stage `executor_reader`; `select_answer`: `executor_selector` and `executor_answerer`)
+        trained on one single-hop question per step of each training row's gold decomposition and executing each
+        dev row's steps (as many as its gold decomposition has: the predicted ones, about)."""
+        model = cfg.model
+        if not splits.decompositions:
+            raise PlanError(f"model={model.name} needs decompositions, and {splits.dataset} has none")
+        stages = Decomposer.plan(cfg, splits) if model.decomposition == "predicted" else []
+        single_hop = PlanSplits(
+            train=round(splits.train * splits.support),
+            dev=round(splits.dev * splits.support_dev),
+            unit="single-hop questions",  # a step of a gold decomposition
+            support=1.0,
+            support_dev=1.0,
+            paragraphs=splits.paragraphs,
+        )
+        if model.executor == "end2end":
+            paragraphs = (splits.paragraphs, splits.paragraphs)
+            return stages + reader_stages(cfg, model.reader, single_hop, EXECUTOR_READER, paragraphs)
+        answerer = reader_stages(cfg, model.answerer, single_hop, f"{EXECUTOR_PREFIX}answerer")
+        return stages + selector_stages(cfg, single_hop, EXECUTOR_PREFIX, answerer)

@@ -20,6 +20,10 @@ from musique_models.io import write_json
 from tests.conftest import SAMPLES, TINY_SELECT_ANSWER
 
 DATASET_CONFIG = """\
+defaults:
+  - dataset_schema
+  - _self_
+
 _target_: musique_models.data.source.DatasetSource
 name: hotpot_bridge
 display_name: HotpotQA bridge questions
