@@ -28,7 +28,9 @@ from typing import Any
 import datasets
 from transformers import PreTrainedTokenizerFast
 
-# The columns of a featurised question; the collator pads each list column (training/loaders.py: PAD_VALUES).
+from musique_models.features.padding import declare_columns
+
+# The columns of a featurised question; the collator pads each list column (declared at the end of this module).
 BEAM_COLUMNS = ("input_ids", "candidate_tokens", "candidate_lengths", "candidate_idx", "gold_chain")
 FOUR_HOP_TYPES = ("bridge_comparison",)  # 2WikiMultihopQA: two bridges, then a comparison
 
@@ -116,3 +118,7 @@ def hop_input(
     before the chain (training shuffles the two, as the authors' code, so that the order is not a cue)."""
     context = candidate + chain_tokens if candidate_first else chain_tokens + candidate
     return (question + context)[:budget]
+
+
+# every paragraph's tokens, lengths and idx; the gold chain
+declare_columns(__name__, pad={"candidate_tokens": None, "candidate_lengths": 0, "candidate_idx": -1, "gold_chain": -1})

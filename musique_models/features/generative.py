@@ -27,6 +27,7 @@ import datasets
 from transformers import PreTrainedTokenizerFast
 
 from musique_models.features.context import TITLE_SEPARATOR, FeaturizationError, end_token_id, start_token_id
+from musique_models.features.padding import declare_columns
 
 TARGET_FIELDS = ("answer", "support", "answerable")
 INSTRUCTION = (
@@ -372,3 +373,6 @@ def draw_exemplars(
             }
         )
     return exemplars
+
+
+declare_columns(__name__, pad={"read_idxs": -1})  # the paragraphs read

@@ -17,24 +17,31 @@ from transformers import PreTrainedTokenizerFast
 
 from musique_models.errors import check_choice
 from musique_models.evaluation.metrics import normalize_answer
+from musique_models.features.padding import declare_columns
 
 # What the official reader puts between the question and the paragraph (a plain word, not the tokenizer's [SEP]).
 QUESTION_SEPARATOR = " SEP "
 SELECTOR_POSITIVES = ("support", "answer")
 
 
-def answer_paragraph_idxs(paragraphs: list[dict], answers: list[str]) -> list[int]:
-    """Idx of the paragraphs that contain the answer or one of its aliases, the positives of the 1-Para baseline's
-    selector (Min et al., 2019; Chen & Durrett, 2019): the answer's words, SQuAD-normalised as the evaluator
-    normalises them, occur as whole words in a row in the paragraph's normalised text (so "2" is not in "1920" and
-    "US" not in "thus"). When no paragraph contains it (yes/no answers, paraphrased answers) the gold supporting
-    paragraphs stand in, so that every answerable question keeps a positive."""
+def paragraphs_containing(paragraphs: list[dict], answers: list[str]) -> list[int]:
+    """Idx of the paragraphs that contain the answer or one of its aliases: the answer's words, SQuAD-normalised as
+    the evaluator normalises them, occur as whole words in a row in the paragraph's normalised text (so "2" is not
+    in "1920" and "US" not in "thus")."""
     needles = [f" {normalized} " for normalized in map(normalize_answer, answers) if normalized]
-    found = [
+    return [
         paragraph["idx"]
         for paragraph in paragraphs
         if any(needle in f" {normalize_answer(paragraph['text'])} " for needle in needles)
     ]
+
+
+def answer_paragraph_idxs(paragraphs: list[dict], answers: list[str]) -> list[int]:
+    """Idx of the paragraphs that contain the answer (`paragraphs_containing`), the positives of the 1-Para
+    baseline's selector (Min et al., 2019; Chen & Durrett, 2019). When no paragraph contains it (yes/no answers,
+    paraphrased answers) the gold supporting paragraphs stand in, so that every answerable question keeps a
+    positive."""
+    found = paragraphs_containing(paragraphs, answers)
     return found or [paragraph["idx"] for paragraph in paragraphs if paragraph["is_supporting"]]
 
 
@@ -79,3 +86,6 @@ def featurize_selector(
         "example_row": texts["example_row"],
         "paragraph_idx": texts["paragraph_idx"],
     }
+
+
+declare_columns(__name__, pad={}, floats=("label",))  # a pair's label: 1.0 positive, 0.0 negative

@@ -16,29 +16,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
-# Tensor columns padded per batch; the value each is padded with.
-PAD_VALUES = {
-    "input_ids": None,
-    "attention_mask": 0,
-    "token_type_ids": 0,
-    "offset_start": -1,
-    "offset_end": -1,
-    "marker_positions": 0,
-    "marker_paragraph_idx": -1,
-    "support_labels": 0.0,
-    "labels": -100,  # decoder targets: -100 is ignored by the loss
-    "read_idxs": -1,  # a generative reader's paragraphs read (features/generative.py)
-    # Beam Retrieval's questions (features/beam.py): every paragraph's tokens, lengths and idx; the gold chain
-    "candidate_tokens": None,
-    "candidate_lengths": 0,
-    "candidate_idx": -1,
-    "gold_chain": -1,
-}
-FLOAT_COLUMNS = {"support_labels", "label"}
+from musique_models.features.padding import TOKENIZER_PAD, float_columns, pad_values
 
 
 class PaddingCollator:
-    """Pads list columns to the longest row of the batch; stacks `offset_start`/`offset_end` into `offset_mapping`
+    """Pads the list columns the featurisers declared (`features/padding.py`) to the longest row of the batch; stacks `offset_start`/`offset_end` into `offset_mapping`
     (batch, tokens, 2); adds `marker_mask` when markers are present, and `global_attention_mask` (batch, tokens)
     from `global_positions` (Longformer's global attention). Rows without `attention_mask` get one from their
     length, and, when `segment_sep_id` is set, `token_type_ids` = 1 after the first separator."""
@@ -49,13 +31,14 @@ class PaddingCollator:
 
     def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch: dict[str, torch.Tensor] = {}
+        padded, floats = pad_values(), float_columns()  # what the featurisers declared (features/padding.py)
         for key in rows[0]:
             if key == "global_positions":
                 continue
             values = [row[key] for row in rows]
-            dtype = torch.float32 if key in FLOAT_COLUMNS else torch.long
-            if key in PAD_VALUES:
-                pad = self.pad_token_id if PAD_VALUES[key] is None else PAD_VALUES[key]
+            dtype = torch.float32 if key in floats else torch.long
+            if key in padded:
+                pad = self.pad_token_id if padded[key] is TOKENIZER_PAD else padded[key]
                 batch[key] = _pad(values, pad, dtype)
             else:
                 batch[key] = torch.tensor(values, dtype=dtype)

@@ -143,3 +143,22 @@ def test_glibc_keeps_freed_memory_on_linux() -> None:
     assert freed("plain") == ("False", pytest.approx(64 * 2**20, rel=0.1))
     switched, returned = freed("keep")
     assert switched == "True" and returned < 2**20
+
+
+def test_the_collator_pads_what_the_featurisers_declare_and_a_conflict_names_both() -> None:
+    from musique_models.errors import MusiqueModelsError
+    from musique_models.features.padding import TOKENIZER_PAD, declare_columns, float_columns, pad_values
+
+    declared = pad_values()
+    # each featuriser's own columns, declared beside it (answerer, beam, generative), and the float ones
+    assert declared["offset_start"] == -1 and declared["candidate_idx"] == -1 and declared["read_idxs"] == -1
+    assert declared["input_ids"] is TOKENIZER_PAD and {"support_labels", "label"} <= float_columns()
+    declare_columns("tests.toy_featuriser", pad={"toy_column": -7})
+    batch = PaddingCollator(pad_token_id=0)(
+        [{"input_ids": [1, 2], "toy_column": [3]}, {"input_ids": [1], "toy_column": [4, 5]}]
+    )
+    assert batch["toy_column"].tolist() == [[3, -7], [4, 5]] and batch["input_ids"].tolist() == [[1, 2], [1, 0]]
+    with pytest.raises(
+        MusiqueModelsError, match="'toy_column': padded with -7 by tests.toy_featuriser and with 0 by x"
+    ):
+        declare_columns("x", pad={"toy_column": 0})
