@@ -287,9 +287,14 @@ def write_intervals(path: str | Path, intervals: Mapping[str, Interval]) -> None
     write_json(path, {"bootstrap": bootstrap_settings(), "intervals": {k: asdict(v) for k, v in intervals.items()}})
 
 
-# Metrics that are counts, or already on a 0-100 scale (BLEU), shown as they are.
-COUNT_METRICS = ("invalid_decompositions", "unparsed_generations")
+# Metrics already on a 0-100 scale (BLEU), shown as they are.
 UNSCALED_METRICS = ("decomposition_bleu",)
+
+
+def is_count_metric(name: str, value: object) -> bool:
+    """Whether a metric is a count, shown as it is: its name ends in `count`, or its value is an integer (what a
+    predictor's `extra_metrics` gives for a count, e.g. `invalid_decompositions`; scores are floats)."""
+    return name.endswith("count") or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def metrics_table(
@@ -309,7 +314,7 @@ def metrics_table(
         cells = []
         for suffix in suffixes:
             value = metrics.get(name + suffix)
-            is_count = name.endswith("count") or name in COUNT_METRICS
+            is_count = is_count_metric(name, value)
             scale = 1 if name in UNSCALED_METRICS else 100
             if value is None:
                 cells.append("")

@@ -51,9 +51,10 @@ class Predictor(Protocol):
     row of `table` (schema rows, labelled or not), in order, each with `predicted_answer_confidence`, and writes
     the recipe's side files (rankings, decompositions, executed steps) into `output_dir`; None for a recipe that
     predicts no answers (the decomposer alone). `extra_metrics`: what the last `predict` adds to `metrics.json`
-    beside the evaluator's keys (Step Execution's `invalid_decompositions`; empty for most)."""
+    beside the evaluator's keys (Step Execution's `invalid_decompositions`; empty for most): a count is an `int`, which
+    every table and the error browser show as it is (`is_count_metric`), a score a `float`."""
 
-    extra_metrics: dict[str, float]
+    extra_metrics: dict[str, float | int]
 
     def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction] | None: ...
 

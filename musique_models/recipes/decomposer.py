@@ -72,7 +72,7 @@ class DecomposerPredictor:
     def __init__(self, fitted: FittedDecomposer, cfg: DictConfig, batch_size: int) -> None:
         self.fitted = fitted
         self.batches = BatchPredictor(fitted.module, fitted.tokenizer, cfg, batch_size)
-        self.extra_metrics: dict[str, float] = {}
+        self.extra_metrics: dict[str, float | int] = {}
 
     def generate(self, table: datasets.Dataset) -> list[str]:
         """The generated decomposition text of every row of `table` (beam search, `num_beams` of the module)."""
@@ -123,7 +123,7 @@ class DecomposerPredictor:
             self.extra_metrics = decomposer_metrics(
                 self.fitted, list(texts.values()), [[step["question"] for step in gold[key]] for key in texts]
             )
-        self.extra_metrics["invalid_decompositions"] = float(sum(item.invalid for item in parsed.values()))
+        self.extra_metrics["invalid_decompositions"] = sum(item.invalid for item in parsed.values())
         log.info("decomposer on %d questions: %s", len(texts), self.extra_metrics)
         return None
 

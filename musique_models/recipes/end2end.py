@@ -45,7 +45,7 @@ class End2EndPredictor:
     def __init__(self, fitted: FittedReader, cfg: DictConfig, batch_size: int) -> None:
         self.fitted = fitted
         self.reader = ReaderPredictor(fitted, cfg, batch_size)
-        self.extra_metrics: dict[str, float] = {}
+        self.extra_metrics: dict[str, float | int] = {}
 
     def answer(self, table: datasets.Dataset) -> list[DecodedQuestion]:
         """Every row of `table` decoded (Step Execution's single-hop executor calls this per hop)."""

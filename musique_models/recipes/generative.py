@@ -228,7 +228,7 @@ class GenerativeReaderPredictor:
             )
         return decoded
 
-    def finish(self, output_dir: Path) -> dict[str, float]:
+    def finish(self, output_dir: Path) -> dict[str, float | int]:
         """Writes `generations.jsonl` (each row's id, raw generation and parse problems, in table order) and, from
         transformers' engine, `generation_speed.json`."""
         if self.speed is not None:
@@ -240,7 +240,7 @@ class GenerativeReaderPredictor:
                 for row, generation in enumerate(self.generations)
             ],
         )
-        return {"unparsed_generations": float(sum(bool(generation.problems) for generation in self.generations))}
+        return {"unparsed_generations": sum(bool(generation.problems) for generation in self.generations)}
 
 
 class VllmEngine:
@@ -310,7 +310,7 @@ class GenerativePredictor:
         self.ranker = ranker
         self.top_k = top_k
         self.exemplar_ids = {exemplar["id"] for exemplar in fitted.settings["exemplars"]}
-        self.extra_metrics: dict[str, float] = {}
+        self.extra_metrics: dict[str, float | int] = {}
 
     def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction]:
         shared = self.exemplar_ids & set(table["id"])

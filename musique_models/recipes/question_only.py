@@ -52,7 +52,7 @@ class QuestionOnlyPredictor:
         self.tokenizer = module.tokenizer
         self.settings = settings
         self.predictor = BatchPredictor(module, self.tokenizer, cfg, batch_size)
-        self.extra_metrics: dict[str, float] = {}
+        self.extra_metrics: dict[str, float | int] = {}
 
     def predict(self, table: datasets.Dataset, output_dir: Path) -> list[Prediction]:
         """One prediction per row of `table`, in order, from its questions alone (`output_dir` gets nothing)."""

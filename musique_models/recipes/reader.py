@@ -52,7 +52,7 @@ class TableReader(Protocol):
 
     def read(self, table: datasets.Dataset) -> list[DecodedQuestion]: ...
 
-    def finish(self, output_dir: Path) -> dict[str, float]: ...
+    def finish(self, output_dir: Path) -> dict[str, float | int]: ...
 
 
 class FittedAnswerer(Protocol):
@@ -126,6 +126,6 @@ class ReaderPredictor:
         markers = torch.cat([output[1] for output in outputs])
         return fitted.reader.decode_questions(windows, markers, len(table), fitted.context_builder(table))
 
-    def finish(self, output_dir: Path) -> dict[str, float]:
+    def finish(self, output_dir: Path) -> dict[str, float | int]:
         """A span reader writes no side files and adds no metrics."""
         return {}

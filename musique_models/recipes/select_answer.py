@@ -182,7 +182,7 @@ class SelectAnswerPredictor:
         self.support = support
         self.ranker = fitted.selector.ranker(cfg, batch_size)
         self.reader = fitted.answerer.predictor(cfg, batch_size)
-        self.extra_metrics: dict[str, float] = {}
+        self.extra_metrics: dict[str, float | int] = {}
 
     def select(self, table: datasets.Dataset) -> tuple[list[list[int]], Any]:
         """Each row's paragraph idx, best first, and the ranker's details (the scored pairs; the chains' scores)."""

@@ -140,7 +140,7 @@ class StepExecutionPredictor:
     def __init__(self, decomposer: DecomposerPredictor | None, executor: SingleHopExecutor) -> None:
         self.decomposer = decomposer
         self.executor = executor
-        self.extra_metrics: dict[str, float] = {}
+        self.extra_metrics: dict[str, float | int] = {}
 
     def decompositions(self, table: datasets.Dataset, output_dir: Path) -> list[list[str]]:
         """Each row's steps (`#k` references): the gold ones, or the decomposer's, whose invalid ones are counted in
@@ -158,7 +158,7 @@ class StepExecutionPredictor:
         else:
             texts, parsed = self.decomposer.decompose(table, output_dir)
             invalid = {key: decomposition.problems for key, decomposition in parsed.items() if decomposition.invalid}
-            self.extra_metrics["invalid_decompositions"] = float(len(invalid))
+            self.extra_metrics["invalid_decompositions"] = len(invalid)
             for question_id, problems in invalid.items():
                 log.warning(
                     "invalid decomposition of %s (%s): %s", question_id, "; ".join(problems), texts[question_id]

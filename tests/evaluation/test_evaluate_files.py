@@ -488,3 +488,16 @@ def test_official_hotpotqa_and_2wiki_prediction_writers(tmp_path: Path) -> None:
     assert "evidence" not in written
     write_2wiki_predictions(tmp_path / "2wiki.json", examples, predictions)
     assert json.loads((tmp_path / "2wiki.json").read_text())["evidence"] == {e.id: [] for e in examples}
+
+
+def test_a_count_is_an_integer_and_is_shown_as_it_is() -> None:
+    from rich.console import Console
+
+    from musique_models.evaluation.evaluator import is_count_metric, metrics_table
+
+    assert is_count_metric("invalid_decompositions", 3) and is_count_metric("count", 0.0)
+    assert not is_count_metric("answer_f1", 1.0) and not is_count_metric("flag", True)
+    console = Console(width=120, record=True)
+    console.print(metrics_table({"answer_f1": 0.5, "my_new_count_metric": 3, "another_score": 1.0}))
+    text = console.export_text()
+    assert "│ my_new_count_metric │     3 │" in text and "│ another_score       │ 100.0 │" in text

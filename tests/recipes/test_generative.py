@@ -106,7 +106,8 @@ def test_unreadable_generations_are_counted_written_and_logged(tmp_path: Path, c
     predictor.reader.generate = lambda rows: (texts, [0.5] * len(texts), every)
     with caplog.at_level(logging.WARNING):
         predictions = predictor.predict(table, tmp_path)
-    assert predictor.extra_metrics == {"unparsed_generations": 4.0}
+    assert predictor.extra_metrics == {"unparsed_generations": 4}
+    assert isinstance(predictor.extra_metrics["unparsed_generations"], int)  # a count: shown as it is
     assert [(p.predicted_answer, p.predicted_support_idxs) for p in predictions] == [
         ("Jane Austen", [first_idxs[0]]),
         ("Jane Austen", []),

@@ -1,0 +1,46 @@
+"""The error browser's page is files (`musique_models/report/browser/`: markup, CSS, script), read as package data
+and linted: the CSS and the rendered page parse without an error, the script passes Node's syntax check, and the
+page embeds each file as it is."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import html5lib
+import pytest
+import tinycss2
+
+from musique_models import PROJECT_ROOT
+from musique_models.report.browse import page_asset, render_page
+
+ASSETS = PROJECT_ROOT / "musique_models" / "report" / "browser"
+
+
+def test_the_page_embeds_each_file_as_it_is() -> None:
+    page = render_page({"model": "m <x>", "dataset": "d", "split": "dev", "rows": []})
+    for name in ("page.html", "page.css", "page.js"):
+        assert page_asset(name) == (ASSETS / name).read_text() and page_asset(name) in page
+    assert "<title>Errors: m &lt;x&gt; on d dev</title>" in page
+
+
+def test_the_css_parses_without_an_error() -> None:
+    rules = tinycss2.parse_stylesheet(page_asset("page.css"), skip_comments=True, skip_whitespace=True)
+    errors = [rule for rule in rules if rule.type == "error"]
+    assert not errors and len(rules) > 30
+    for rule in rules:  # every declaration of every rule parses too
+        declarations = tinycss2.parse_blocks_contents(rule.content, skip_comments=True, skip_whitespace=True)
+        assert not [item for item in declarations if item.type == "error"], tinycss2.serialize(rule.prelude)
+
+
+def test_the_rendered_page_is_well_formed_html() -> None:
+    page = render_page({"model": "m", "dataset": "d", "split": "dev", "rows": []})
+    parser = html5lib.HTMLParser(strict=True)
+    document = parser.parse(page)  # strict: raises on the first parse error
+    assert not parser.errors and document.find(".//{http://www.w3.org/1999/xhtml}main") is not None
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+def test_the_script_passes_nodes_syntax_check() -> None:
+    result = subprocess.run(["node", "--check", str(ASSETS / "page.js")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
