@@ -63,7 +63,7 @@ def main(cfg: DictConfig) -> float | None:
         # first: a folder left by a kill from here on is known as this run's start (ckpt_path=last starts it afresh)
         mark_run_start(output_dir)
         with user_errors_exit():  # inside too: Hydra would print a line of its own before re-raising
-            from musique_models.cli.train import train  # heavy libraries load only once the config has composed
+            from musique_models.runs.train import train  # heavy libraries load only once the config has composed
 
             return train(cfg)
     except RunInterrupted as stop:  # before `train` took the signal over (while its libraries loaded)

@@ -35,13 +35,13 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
-from musique_models.cli.train import train  # noqa: E402
 from musique_models.data.schema import Example  # noqa: E402
 from musique_models.evaluation.gold import gold_from_example  # noqa: E402
 from musique_models.recipes.base import RunContext  # noqa: E402
 from musique_models.recipes.build import instantiate_recipe  # noqa: E402
 from musique_models.recipes.select_answer import SelectAnswerPredictor  # noqa: E402
 from musique_models.recipes.step_execution import execute_steps  # noqa: E402
+from musique_models.runs.train import train  # noqa: E402
 
 TARGET = 1.25
 

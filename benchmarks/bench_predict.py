@@ -34,8 +34,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
-from musique_models.cli.score_run import score_run  # noqa: E402
-from musique_models.cli.train import train  # noqa: E402
+from musique_models.runs.score import score_run  # noqa: E402
+from musique_models.runs.train import train  # noqa: E402
 from musique_models.training import inference  # noqa: E402
 
 TARGET = 1.15

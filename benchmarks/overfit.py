@@ -56,9 +56,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
-from musique_models.cli.train import train  # noqa: E402
 from musique_models.features.selector import paragraphs_containing  # noqa: E402
 from musique_models.run_files import PER_QUESTION_FILE, RANKING_FILE  # noqa: E402
+from musique_models.runs.train import train  # noqa: E402
 
 QUESTIONS = 8
 ANSWER_F1_MIN = 0.8

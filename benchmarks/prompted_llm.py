@@ -44,11 +44,11 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
-from musique_models.cli.train import train  # noqa: E402
 from musique_models.evaluation.chance import random_support_f1  # noqa: E402
 from musique_models.evaluation.intervals import bootstrap_interval, paired_difference  # noqa: E402
 from musique_models.io import write_json  # noqa: E402
 from musique_models.run_files import CONFIG_FILE, GENERATION_SPEED_FILE, METRICS_FILE, PER_QUESTION_FILE  # noqa: E402
+from musique_models.runs.train import train  # noqa: E402
 
 PAIRED_METRICS = ("sufficiency_f1", "group_answer_sufficiency_f1", "group_support_sufficiency_f1")
 

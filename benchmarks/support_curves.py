@@ -51,8 +51,8 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from overfit import COMMON, QUESTIONS  # noqa: E402  (the same 8 questions, scored on themselves, CPU, CSV logs)
 
 from musique_models import PROJECT_ROOT  # noqa: E402
-from musique_models.cli.train import train  # noqa: E402
 from musique_models.models.answerer import MultiParagraphAnswerer  # noqa: E402
+from musique_models.runs.train import train  # noqa: E402
 
 RECORDS_FILE = "support_curves.jsonl"
 # (stage that reads, its config key, overrides): the shipped sample's batch and learning rate, validation every epoch.
@@ -229,8 +229,8 @@ def support_on_evaluation_split(run_dir: Path) -> dict[str, Any]:
     is the official one) and the F1 of its top-|gold| paragraphs among those it read (threshold-free)."""
     from hydra.utils import instantiate
 
-    from musique_models.cli.score_run import load_trained_run
     from musique_models.evaluation.metrics import support_scores
+    from musique_models.runs.score import load_trained_run
     from musique_models.training.run_folder import evaluation_subset
 
     run = load_trained_run(run_dir)

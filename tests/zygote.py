@@ -23,7 +23,7 @@ PRELOADED = (
     "transformers",
     "datasets",
     "hydra",
-    "musique_models.cli.train",
+    "musique_models.runs.train",
     "musique_models.recipes.select_answer",
     "musique_models.recipes.end2end",
     "musique_models.recipes.step_execution",

@@ -123,10 +123,10 @@ def default_comparison_output(predictions: str | Path, compare: str | Path) -> P
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Score `cfg.predictions` against `cfg.gold` (and DiRe probes with `mode=dire`); write and print metrics and
     their intervals. With `compare=`, compare two prediction files instead (`compare_predictions`). With
-    `run=RUN_DIR`, predict with that trained run first (`musique_models.cli.score_run`)."""
+    `run=RUN_DIR`, predict with that trained run first (`musique_models.runs.score`)."""
     check_options(cfg)
     if cfg.get("run"):
-        from musique_models.cli.score_run import score_run  # loads torch and the models: only when asked
+        from musique_models.runs.score import score_run  # loads torch and the models: only when asked
 
         return score_run(cfg)
     if cfg.get("compare"):

@@ -9,7 +9,7 @@ A stop request (SIGINT, SIGTERM; on SLURM also SIGUSR1 and SIGUSR2, the signals 
 pre-emption) is honoured where nothing is lost: while a stage trains, at its next optimizer step (after the current
 validation, when one runs), where the stage writes a resume point and stops; between stages, at once (finished
 stages are recorded). A second signal stops at once. The run is then `interrupted`, not `failed`
-(`musique_models.cli.train` prints the command that resumes it, and on SLURM requeues the job).
+(`musique_models.runs.train` prints the command that resumes it, and on SLURM requeues the job).
 """
 
 from __future__ import annotations

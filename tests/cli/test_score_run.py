@@ -15,13 +15,13 @@ from omegaconf import DictConfig
 
 from musique_models import PROJECT_ROOT
 from musique_models.cli.evaluate import EvaluateConfigError
-from musique_models.cli.score_run import RunScoringError, score_run
-from musique_models.cli.train import train
 from musique_models.data.formats import read_examples
 from musique_models.data.probe import support_groups
 from musique_models.data.subsample import evaluation_subset_indices
 from musique_models.data.unlabelled import write_unlabelled
 from musique_models.evaluation.evaluator import evaluate_dire_files
+from musique_models.runs.score import RunScoringError, score_run
+from musique_models.runs.train import train
 from musique_models.systems import registry
 from musique_models.training.stage import StageNotFinishedError
 from tests.conftest import ONE_THREAD, SAMPLES, run_python

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from musique_models.cli.train import train
 from musique_models.errors import MusiqueModelsError, RunConfigError
 from musique_models.io import write_json
 from musique_models.models.selector import load_selector
+from musique_models.runs.train import train
 from tests.conftest import SAMPLES, TINY_SELECT_ANSWER, run_python
 
 TINY = [*TINY_SELECT_ANSWER, "logger=none"]

@@ -12,11 +12,11 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.train import train
 from musique_models.data.source import DatasetConfigError
 from musique_models.data.subsample import evaluation_subset_indices
 from musique_models.errors import RunConfigError, user_error_message
 from musique_models.io import write_json
+from musique_models.runs.train import train
 from tests.conftest import SAMPLES, TINY_SELECT_ANSWER
 
 DATASET_CONFIG = """\

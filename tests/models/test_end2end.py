@@ -12,7 +12,6 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.train import train
 from musique_models.data.source import DatasetSource
 from musique_models.errors import ConfigValueError
 from musique_models.features.context import PARAGRAPH_MARKER, YES_NO_PREFIX, build_context
@@ -22,6 +21,7 @@ from musique_models.models.decoding import decode_predictions, window_outputs
 from musique_models.models.end2end import End2EndReader
 from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.end2end import End2End, in_dataset_order
+from musique_models.runs.train import train
 from musique_models.training.datamodule import featurize
 from musique_models.training.loaders import PaddingCollator
 from tests.conftest import DATASET_CONFIGS, ONE_THREAD, SAMPLES

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from musique_models.cli.train import train
 from musique_models.errors import MusiqueModelsError, user_error_message
 from musique_models.evaluation.predictions import read_predictions
 from musique_models.features.beam import hop_count
 from musique_models.recipes.build import instantiate_recipe
 from musique_models.report.browse import build_page_data
 from musique_models.run_files import PREDICTIONS_FILE, RANKING_FILE
+from musique_models.runs.train import train
 from tests.cli.test_score_run import compose_cfg
 from tests.conftest import ONE_THREAD
 

@@ -15,8 +15,6 @@ import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
 
-from musique_models.cli.score_run import score_run
-from musique_models.cli.train import train
 from musique_models.errors import MusiqueModelsError, user_error_message
 from musique_models.evaluation.predictions import read_predictions
 from musique_models.models.backbone import load_tokenizer
@@ -26,6 +24,8 @@ from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.reader import reader_monitor
 from musique_models.report.browse import build_page_data
 from musique_models.run_files import EXEMPLARS_FILE, GENERATIONS_FILE, METRICS_FILE, PREDICTIONS_FILE
+from musique_models.runs.score import score_run
+from musique_models.runs.train import train
 from musique_models.training.run_folder import evaluation_subset
 from tests.cli.test_score_run import compose_cfg
 from tests.conftest import ONE_THREAD

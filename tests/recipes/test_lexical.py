@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from musique_models.cli.train import train
 from musique_models.errors import user_error_message
 from musique_models.features.lexical import bm25_ranking, bm25_scores
 from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.lexical import LexicalRanker
 from musique_models.recipes.select_answer import ranking_metrics
 from musique_models.run_files import CHECKPOINTS_FOLDER, RANKING_FILE, STAGE_FILE, stage_ranking_file
+from musique_models.runs.train import train
 from tests.cli.test_score_run import compose_cfg
 from tests.conftest import ONE_THREAD
 

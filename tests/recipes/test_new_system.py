@@ -14,12 +14,12 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.score_run import score_run
-from musique_models.cli.train import train
 from musique_models.evaluation.predictions import read_predictions
 from musique_models.features.lexical import bm25_ranking
 from musique_models.report.runs import find_run_folders
 from musique_models.run_files import METRICS_FILE, PREDICTIONS_FILE
+from musique_models.runs.score import score_run
+from musique_models.runs.train import train
 from musique_models.systems import registry
 from tests.conftest import ONE_THREAD
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from musique_models.cli.train import train
 from musique_models.evaluation.metrics import normalize_answer
 from musique_models.features.context import YES_NO_PREFIX, build_context
 from musique_models.features.selector import answer_paragraph_idxs, featurize_selector
 from musique_models.models.backbone import load_tokenizer
 from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.select_answer import SelectAnswer
+from musique_models.runs.train import train
 from musique_models.training.datamodule import featurize
 from musique_models.training.run_folder import evaluation_subset
 from tests.conftest import DATASET_CONFIGS, ONE_THREAD, SAMPLES

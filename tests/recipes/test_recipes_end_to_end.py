@@ -10,7 +10,6 @@ import torch
 from hydra.utils import instantiate
 from pytorch_lightning.callbacks import EarlyStopping
 
-from musique_models.cli.train import train
 from musique_models.errors import ConfigValueError
 from musique_models.features.context import YES_NO_PREFIX
 from musique_models.models.backbone import BackboneSpec
@@ -18,6 +17,7 @@ from musique_models.recipes.build import instantiate_recipe
 from musique_models.recipes.end2end import End2End
 from musique_models.recipes.reader import reader_monitor, yes_no_setup
 from musique_models.recipes.select_answer import SELECTOR_MONITOR, SelectAnswer
+from musique_models.runs.train import train
 from musique_models.training.stage import lightning_trainer_kwargs, stage_callbacks
 from tests.conftest import DATASET_CONFIGS, ONE_THREAD, SAMPLES, TINY_SELECT_ANSWER, run_python
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import datasets
 import pytest
 
-from musique_models.cli.train import train
 from musique_models.data.features import FEATURES
 from musique_models.data.schema import Example, Paragraph
 from musique_models.evaluation.evaluator import evaluate_predictions
@@ -22,6 +21,7 @@ from musique_models.recipes.decomposer import DECOMPOSER_MONITOR, Decomposer
 from musique_models.recipes.reader import reader_monitor
 from musique_models.recipes.select_answer import SELECTOR_MONITOR
 from musique_models.recipes.step_execution import ExecutedStep, StepExecution, chain_prediction, execute_steps
+from musique_models.runs.train import train
 from tests.conftest import ONE_THREAD, run_python
 
 # A world of facts the fake executor knows: question -> (answer, paragraph idx).

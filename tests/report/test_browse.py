@@ -13,10 +13,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.score_run import score_run
-from musique_models.cli.train import train
 from musique_models.data.formats import read_examples
 from musique_models.report.browse import DATA_ELEMENT_ID, main, render_page, write_page
+from musique_models.runs.score import score_run
+from musique_models.runs.train import train
 from tests.conftest import ONE_THREAD, SAMPLES
 
 QUESTIONS = 5

@@ -16,7 +16,6 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.train import train
 from musique_models.io import write_json
 from musique_models.report.__main__ import main
 from musique_models.report.groups import group_runs
@@ -24,6 +23,7 @@ from musique_models.report.paper import PAPER_RESULTS, PaperFigures, load_paper_
 from musique_models.report.plot import TICK_CHARACTERS, ZERO_BAR, draw_report
 from musique_models.report.runs import LeaderboardFile, RunRecord, record_from_wandb_run
 from musique_models.report.tables import legend, parse_markdown_table, resumed_note, table_rows
+from musique_models.runs.train import train
 
 TINY = [
     "backbone=tiny",
@@ -325,7 +325,7 @@ def _dashed_segments(axes: object) -> list[tuple[float, float, float]]:
 
 
 def test_dire_md_sets_each_dire_score_beside_its_original(runs_root: Path, tmp_path: Path) -> None:
-    from musique_models.cli.score_run import score_run
+    from musique_models.runs.score import score_run
 
     run = runs_root / "multi" / "0"
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from musique_models.cli.train import train
+from musique_models.runs.train import train
 from tests.conftest import TINY_SELECT_ANSWER
 from tests.training.helpers import RecordingLogger
 

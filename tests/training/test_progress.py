@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from pytorch_lightning.demos.boring_classes import BoringModel
 
 from musique_models import PROJECT_ROOT
-from musique_models.cli.closing import ranking_against_chance, sample_run_lines
+from musique_models.runs.closing import ranking_against_chance, sample_run_lines
 from musique_models.training import progress
 from musique_models.training.progress import StageClock, format_duration
 

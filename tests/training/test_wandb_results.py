@@ -12,7 +12,7 @@ from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2
 
-from musique_models.cli.train import train
+from musique_models.runs.train import train
 from musique_models.training.loggers import PER_HOP_TABLE_KEY, per_hop_rows
 from tests.conftest import TINY_SELECT_ANSWER
 

@@ -13,7 +13,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from rich.console import Console
 
-from musique_models.cli.closing import sample_run_lines
 from musique_models.data.schema import Example
 from musique_models.data.source import DatasetSource
 from musique_models.data.summary import print_summary
@@ -36,6 +35,7 @@ from musique_models.run_files import (
     holds_only_this_start,
     is_finished,
 )
+from musique_models.runs.closing import sample_run_lines
 from musique_models.training.console import quiet_libraries, show, write_to_log_file
 from musique_models.training.interruption import interrupted, interruption_reason, is_interruption
 from musique_models.training.run_checks import check_run_config
