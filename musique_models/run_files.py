@@ -46,6 +46,7 @@ DECOMPOSITIONS_FILE = "decompositions.jsonl"  # the decomposer's sub-questions
 GENERATIONS_FILE = "generations.jsonl"  # generative readers: each row's raw generation and what its parse missed
 GENERATION_SPEED_FILE = "generation_speed.json"  # generative readers: questions, tokens and seconds of the generation
 EXEMPLARS_FILE = "prompt_exemplars.json"  # model=llm_prompt: the k-shot exemplars the run's prompts hold
+SIDE_FILES = "side_files.json"  # the row-by-row side files a predictor declared (the error browser shows them)
 
 
 def subsample_ids_file(split: str) -> str:
@@ -158,3 +159,29 @@ def discard_unstarted_run(run_dir: str | Path) -> bool:
         shutil.rmtree(run_dir, ignore_errors=True)
         return True
     return False
+
+
+def write_side_file(output_dir: str | Path, name: str, title: str, records: list[dict[str, Any]]) -> Path:
+    """Write a predictor's row-by-row side file `<output_dir>/<name>` (JSON lines; each record names the predicted
+    `row` and its `id`) and declare it in `side_files.json` under `title`: the error browser shows each row's
+    records under that title, field by field, with no code of its own for the file. Both files are written
+    atomically; declaring a file again replaces its entry."""
+    from musique_models.io import write_json, write_jsonl
+
+    for position, record in enumerate(records):
+        if not isinstance(record.get("row"), int) or "id" not in record:
+            raise ValueError(f"{name}: record {position} has no `row` (int) and `id`")
+    output_dir = Path(output_dir)
+    path = output_dir / name
+    write_jsonl(path, records)
+    declared = [entry for entry in declared_side_files(output_dir) if entry["file"] != name]
+    write_json(output_dir / SIDE_FILES, {"side_files": [*declared, {"file": name, "title": title}]})
+    return path
+
+
+def declared_side_files(run_dir: str | Path) -> list[dict[str, str]]:
+    """The side files declared in a run's (or an evaluation's) folder, in the order declared: `file` and `title`."""
+    path = Path(run_dir) / SIDE_FILES
+    if not path.exists():
+        return []
+    return list(json.loads(path.read_text(encoding="utf-8")).get("side_files", []))

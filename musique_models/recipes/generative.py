@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from musique_models.errors import MusiqueModelsError, check_choice
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.generative import draw_exemplars, featurize_generative, parse_generation
-from musique_models.io import write_json, write_jsonl
+from musique_models.io import write_json
 from musique_models.models.backbone import BackboneSpec, load_tokenizer
 from musique_models.models.decoding import DecodedQuestion
 from musique_models.models.generative_reader import GenerativeReader
@@ -42,7 +42,7 @@ from musique_models.recipes.fitting import StageInputs, fit_stage
 from musique_models.recipes.planning import PlanSplits, StagePlan, generative_stages, selector_stages
 from musique_models.recipes.reader import reader_monitor
 from musique_models.recipes.select_answer import FittedRanker, FittedSelector, SelectAnswer, SelectorRanker, with_top_k
-from musique_models.run_files import EXEMPLARS_FILE, GENERATION_SPEED_FILE, GENERATIONS_FILE
+from musique_models.run_files import EXEMPLARS_FILE, GENERATION_SPEED_FILE, GENERATIONS_FILE, write_side_file
 from musique_models.settings import dataset_setting
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
@@ -229,12 +229,15 @@ class GenerativeReaderPredictor:
         return decoded
 
     def finish(self, output_dir: Path) -> dict[str, float | int]:
-        """Writes `generations.jsonl` (each row's id, raw generation and parse problems, in table order) and, from
+        """Writes `generations.jsonl` (each row's id, raw generation and parse problems, in table order; declared as a
+        side file, which the error browser shows) and, from
         transformers' engine, `generation_speed.json`."""
         if self.speed is not None:
             write_json(Path(output_dir) / GENERATION_SPEED_FILE, asdict(self.speed))
-        write_jsonl(
-            Path(output_dir) / GENERATIONS_FILE,
+        write_side_file(
+            output_dir,
+            GENERATIONS_FILE,
+            "raw generation",
             [
                 {"row": row, "id": generation.id, "generation": generation.text, "problems": list(generation.problems)}
                 for row, generation in enumerate(self.generations)

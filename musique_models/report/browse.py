@@ -39,12 +39,13 @@ from musique_models.io import atomic_open
 from musique_models.run_files import (
     CONFIG_FILE,
     DECOMPOSITIONS_FILE,
-    GENERATIONS_FILE,
     METRICS_FILE,
     PAGE_FILE,
     PREDICTIONS_FILE,
     RANKING_FILE,
+    SIDE_FILES,
     STEPS_FILE,
+    declared_side_files,
 )
 
 DATA_ELEMENT_ID = "browse-data"
@@ -134,11 +135,17 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
             for _, record in _read_jsonl(run_dir / DECOMPOSITIONS_FILE)
         }
 
-    generations: dict[int, dict[str, Any]] = {}
-    if (run_dir / GENERATIONS_FILE).exists():  # a generative reader's raw generations, by row
-        for line, record in _read_jsonl(run_dir / GENERATIONS_FILE):
-            row = _predicted_row(record, examples, "generation", run_dir / GENERATIONS_FILE, line)
-            generations[row] = {"text": record.get("generation", ""), "problems": record.get("problems", [])}
+    side: dict[int, list[dict[str, Any]]] = {}  # the predictor's declared side files, by row: shown field by field
+    for entry in declared_side_files(run_dir):
+        path = run_dir / entry["file"]
+        if not path.exists():
+            raise BrowseError(f"{path}: declared in {SIDE_FILES} but missing")
+        by_row: dict[int, list[dict[str, Any]]] = {}
+        for line, record in _read_jsonl(path):
+            row = _predicted_row(record, examples, entry["title"], path, line)
+            by_row.setdefault(row, []).append({k: v for k, v in record.items() if k not in ("row", "id")})
+        for row, records in by_row.items():
+            side.setdefault(row, []).append({"title": entry["title"], "records": records})
 
     chains: dict[int, dict[str, Any]] = {}
     selections: dict[int, dict[str, Any]] = {}
@@ -175,7 +182,7 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
                 ],
                 "steps": steps.get(index, []),
                 "predicted_decomposition": decompositions.get(example.id),
-                "generation": generations.get(index),
+                "side": side.get(index, []),
                 "chain": chains.get(index),
                 "selection": selections.get(index),
             }

@@ -1,6 +1,7 @@
 """A new system joins by its own files: a toy recipe in a module of its own (outside the package) and its model
 config in a copy of `conf/` (a temporary config folder) train, are reproduced by `evaluate.py run=` and get their
-row in the report, with no file of the package, of `conf/` or of `tests/` touched."""
+row in the report, and the error browser shows its declared side file, with no file of the package, of `conf/` or of
+`tests/` touched."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from hydra.utils import instantiate
 from musique_models import PROJECT_ROOT
 from musique_models.evaluation.predictions import read_predictions
 from musique_models.features.lexical import bm25_ranking
+from musique_models.report.browse import build_page_data
 from musique_models.report.runs import find_run_folders
 from musique_models.run_files import METRICS_FILE, PREDICTIONS_FILE
 from musique_models.runs.score import score_run
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from musique_models.evaluation.predictions import Prediction
 from musique_models.features.lexical import bm25_ranking
+from musique_models.run_files import write_side_file
 
 
 class TitlePredictor:
@@ -40,11 +43,14 @@ class TitlePredictor:
         self.extra_metrics = {}
 
     def predict(self, table, output_dir: Path) -> list[Prediction]:
-        predictions = []
-        for question_id, question, paragraphs in zip(table["id"], table["question"], table["paragraphs"]):
-            best = bm25_ranking(question, paragraphs, include_title=self.include_title)[0][0]
-            title = next(paragraph["title"] for paragraph in paragraphs if paragraph["idx"] == best)
-            predictions.append(Prediction(question_id, title, [best], True, 1.0))
+        predictions, ranked = [], []
+        rows = zip(table["id"], table["question"], table["paragraphs"])
+        for row, (question_id, question, paragraphs) in enumerate(rows):
+            ranking, scores = bm25_ranking(question, paragraphs, include_title=self.include_title)
+            title = next(paragraph["title"] for paragraph in paragraphs if paragraph["idx"] == ranking[0])
+            predictions.append(Prediction(question_id, title, [ranking[0]], True, 1.0))
+            ranked.append({"row": row, "id": question_id, "top_three": ranking[:3], "best_score": max(scores)})
+        write_side_file(output_dir, "toy_rankings.jsonl", "toy ranking", ranked)
         return predictions
 
 
@@ -113,4 +119,12 @@ def test_a_toy_system_joins_by_its_own_files(tmp_path: Path, monkeypatch: pytest
     assert registry(conf / "model")["top_title"].name == "Top title"
     records, _ = find_run_folders([run])
     assert [record.system for record in records] == ["Top title"]
+    # the error browser shows its declared side file, row by row, with no code of its own for it
+    page = build_page_data(run)
+    shown = {row["id"]: row["side"] for row in page["rows"]}
+    for question_id, question, paragraphs in zip(dev["id"], dev["question"], dev["paragraphs"], strict=True):
+        if question_id in shown:
+            ((entry,),) = [shown[question_id]]
+            assert entry["title"] == "toy ranking"
+            assert entry["records"][0]["top_three"] == bm25_ranking(question, paragraphs)[0][:3]
     assert _fingerprint() == before

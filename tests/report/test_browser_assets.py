@@ -44,3 +44,18 @@ def test_the_rendered_page_is_well_formed_html() -> None:
 def test_the_script_passes_nodes_syntax_check() -> None:
     result = subprocess.run(["node", "--check", str(ASSETS / "page.js")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_side_file_record_without_its_row_is_refused_and_nothing_is_declared(tmp_path) -> None:
+    from musique_models.run_files import declared_side_files, write_side_file
+
+    with pytest.raises(ValueError, match=r"toy.jsonl: record 1 has no `row` \(int\) and `id`"):
+        write_side_file(tmp_path, "toy.jsonl", "toy", [{"row": 0, "id": "a"}, {"id": "b"}])
+    assert declared_side_files(tmp_path) == [] and not (tmp_path / "toy.jsonl").exists()
+    write_side_file(tmp_path, "toy.jsonl", "toy", [{"row": 0, "id": "a", "x": 1}])
+    write_side_file(tmp_path, "other.jsonl", "other", [])
+    write_side_file(tmp_path, "toy.jsonl", "toy again", [])  # declared again: its entry is replaced, not doubled
+    assert declared_side_files(tmp_path) == [
+        {"file": "other.jsonl", "title": "other"},
+        {"file": "toy.jsonl", "title": "toy again"},
+    ]

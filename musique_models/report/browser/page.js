@@ -193,12 +193,26 @@
     if (d.problems && d.problems.length) add(box, el("div", "problems", "problems: " + d.problems.join("; ")));
     return box;
   }
-  function rawGeneration(g) {
-    if (!g) return null;
+  // a side file the predictor declared (run_files.write_side_file): each record of the row, field by field, as text
+  function fieldText(value) {
+    if (value === null || value === undefined) return "\u2013";
+    if (typeof value === "string") return value === "" ? "(empty)" : value;
+    if (Array.isArray(value) && value.every(function (v) { return typeof v !== "object" || v === null; })) {
+      return value.length ? value.join("; ") : "(none)";
+    }
+    return typeof value === "object" ? JSON.stringify(value) : String(value);
+  }
+  function sideFiles(r) {
+    if (!r.side || !r.side.length) return null;
     var box = el("div");
-    add(box, el("h5", null, "generation" + (g.problems && g.problems.length ? " (not read in full)" : "")));
-    add(box, el("div", "muted", g.text === "" ? "(empty)" : g.text));
-    if (g.problems && g.problems.length) add(box, el("div", "problems", "problems: " + g.problems.join("; ")));
+    r.side.forEach(function (entry) {
+      add(box, el("h5", null, entry.title));
+      entry.records.forEach(function (record) {
+        add(box, table(["field", "value"], Object.keys(record).map(function (key) {
+          return [key, fieldText(record[key])];
+        })));
+      });
+    });
     return box;
   }
   function retrievedChain(c, byIdx) {
@@ -256,7 +270,7 @@
     var gd = goldDecomposition(r, byIdx), ex = executedSteps(r, byIdx);
     if (gd) add(p, el("h5", null, "gold decomposition"), gd);
     add(p, predictedDecomposition(r.predicted_decomposition));
-    add(p, rawGeneration(r.generation));
+    add(p, sideFiles(r));
     add(p, retrievedChain(r.chain, byIdx));
     add(p, selectedTopK(r.selection, r, byIdx));
     if (ex) add(p, el("h5", null, "executed steps"), ex);
