@@ -103,7 +103,7 @@ class Ranker(Protocol):
 
 class FittedRanker(Protocol):
     """A first stage of Select+Answer, trained or not: its encoder (`backbone`; None for a component without one,
-    as the BM25 ranker of `recipes/lexical.py`), its tokenizer (None likewise), and its placed ranker."""
+    as a lexical ranker), its tokenizer (None likewise), and its placed ranker."""
 
     @property
     def backbone(self) -> BackboneSpec | None:

@@ -16,7 +16,6 @@ from hydra.utils import instantiate
 
 from musique_models import PROJECT_ROOT
 from musique_models.evaluation.predictions import read_predictions
-from musique_models.features.lexical import bm25_ranking
 from musique_models.report.browse import build_page_data
 from musique_models.report.runs import find_run_folders
 from musique_models.run_files import METRICS_FILE, PREDICTIONS_FILE
@@ -25,16 +24,28 @@ from musique_models.runs.train import train
 from musique_models.systems import registry
 from tests.conftest import ONE_THREAD
 
-# The toy: the title of the paragraph BM25 ranks first is the answer, that paragraph the support. It trains nothing;
-# its one component has settings (`ranker.include_title`).
+# The toy: the title of the paragraph that shares the most words with the question is the answer, that paragraph
+# the support. It trains nothing; its one component has settings (`ranker.include_title`).
 TOY_RECIPE = '''
 """The toy system of tests/recipes/test_new_system.py."""
 
 from pathlib import Path
 
+from musique_models.evaluation.metrics import normalize_answer
 from musique_models.evaluation.predictions import Prediction
-from musique_models.features.lexical import bm25_ranking
 from musique_models.run_files import write_side_file
+
+
+def overlap_ranking(question, paragraphs, include_title=True):
+    words = set(normalize_answer(question).split())
+
+    def shared(paragraph):
+        text = f"{paragraph['title']} {paragraph['text']}" if include_title else paragraph["text"]
+        return len(words & set(normalize_answer(text).split()))
+
+    scores = [shared(paragraph) for paragraph in paragraphs]
+    order = sorted(range(len(paragraphs)), key=lambda position: -scores[position])
+    return [paragraphs[position]["idx"] for position in order], scores
 
 
 class TitlePredictor:
@@ -46,7 +57,7 @@ class TitlePredictor:
         predictions, ranked = [], []
         rows = zip(table["id"], table["question"], table["paragraphs"])
         for row, (question_id, question, paragraphs) in enumerate(rows):
-            ranking, scores = bm25_ranking(question, paragraphs, include_title=self.include_title)
+            ranking, scores = overlap_ranking(question, paragraphs, self.include_title)
             title = next(paragraph["title"] for paragraph in paragraphs if paragraph["idx"] == ranking[0])
             predictions.append(Prediction(question_id, title, [ranking[0]], True, 1.0))
             ranked.append({"row": row, "id": question_id, "top_three": ranking[:3], "best_score": max(scores)})
@@ -100,6 +111,8 @@ def test_a_toy_system_joins_by_its_own_files(tmp_path: Path, monkeypatch: pytest
     (modules / "toy_top_title.py").write_text(TOY_RECIPE)
     monkeypatch.syspath_prepend(str(modules))
 
+    import toy_top_title as toy
+
     run = tmp_path / "run"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("train", overrides=[*RUN, f"paths.cache_dir={tmp_path}/cache", f"paths.output_dir={run}"])
@@ -113,7 +126,7 @@ def test_a_toy_system_joins_by_its_own_files(tmp_path: Path, monkeypatch: pytest
     dev = instantiate(cfg.dataset).load("dev")
     for question_id, question, paragraphs in zip(dev["id"], dev["question"], dev["paragraphs"], strict=True):
         if question_id in predictions:
-            assert predictions[question_id].predicted_support_idxs == [bm25_ranking(question, paragraphs)[0][0]]
+            assert predictions[question_id].predicted_support_idxs == [toy.overlap_ranking(question, paragraphs)[0][0]]
 
     # the registry of its config folder names it; the report gives its run a row from the run's own config
     assert registry(conf / "model")["top_title"].name == "Top title"
@@ -126,5 +139,5 @@ def test_a_toy_system_joins_by_its_own_files(tmp_path: Path, monkeypatch: pytest
         if question_id in shown:
             ((entry,),) = [shown[question_id]]
             assert entry["title"] == "toy ranking"
-            assert entry["records"][0]["top_three"] == bm25_ranking(question, paragraphs)[0][:3]
+            assert entry["records"][0]["top_three"] == toy.overlap_ranking(question, paragraphs)[0][:3]
     assert _fingerprint() == before
