@@ -31,6 +31,7 @@ if __name__ == "__main__":
         signal.signal(_signum, _handler)
     begin_attempt()
     STOP.install(slurm="SLURM_JOB_ID" in os.environ)
+    STOP.before_stop = lambda: note_hydra_folder()  # defined below: called only when a signal comes
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
@@ -41,6 +42,21 @@ from musique_models.errors import user_errors_exit  # noqa: E402
 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
 
 
+# The folder Hydra made for this job, noted by the stop handler when a signal comes (`note_hydra_folder`): a stop
+# that comes after Hydra made the folder but before it called `main` leaves Hydra's job, whose `finally` forgets it.
+_HYDRA_FOLDER: list[str] = []
+
+
+def note_hydra_folder() -> None:
+    """Note the folder of the job Hydra is running, if it has one yet (called in the stop handler)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    config = HydraConfig.instance().cfg
+    folder = config.hydra.runtime.output_dir if config is not None else None
+    if isinstance(folder, str) and folder:
+        _HYDRA_FOLDER.append(folder)
+
+
 def discard_hydra_folder() -> None:
     """Remove the run folder Hydra made for this command, when a stop came before the run marked its start there
     and it holds nothing but Hydra's files (`run_files.holds_only_this_start`)."""
@@ -48,8 +64,8 @@ def discard_hydra_folder() -> None:
 
     try:
         output_dir = HydraConfig.get().runtime.output_dir
-    except Exception:  # no config composed yet: Hydra made no folder
-        return
+    except Exception:  # no job config: none composed yet, or Hydra forgot it leaving a job stopped early
+        output_dir = _HYDRA_FOLDER[-1] if _HYDRA_FOLDER else None
     if output_dir:
         discard_unstarted_run(output_dir)
 

@@ -57,6 +57,7 @@ from rich.table import Table  # noqa: E402
 
 from musique_models import PROJECT_ROOT  # noqa: E402
 from musique_models.features.selector import paragraphs_containing  # noqa: E402
+from musique_models.report.uncertainty import read_per_question  # noqa: E402
 from musique_models.run_files import PER_QUESTION_FILE, RANKING_FILE  # noqa: E402
 from musique_models.runs.train import train  # noqa: E402
 
@@ -65,7 +66,7 @@ ANSWER_F1_MIN = 0.8
 SUPPORT_F1_MIN = 0.8
 # The metrics each run reports (those its recipe writes, and `answer_f1_read`: see `answer_f1_where_read`).
 REPORTED = ("answer_f1", "answer_em", "support_f1", "decomposition_exact_match", "decomposition_bleu")
-READ = ("answer_f1_read", "questions_read")
+READ_METRICS = ("answer_f1_read", "questions_read")
 
 # Every run: the 8 training questions, scored on themselves; CPU, no checkpoints but the final weights.
 COMMON = [
@@ -303,7 +304,7 @@ def final_losses(run_dir: Path) -> dict[str, float]:
     return losses
 
 
-def answer_f1_where_read(run_dir: Path, table: Any) -> dict[str, float]:
+def answer_f1_where_read(run_dir: Path, table: Any) -> dict[str, float | int]:
     """Answer F1 over the questions whose answer (or an alias) is in a paragraph the answerer read (the top K of
     the run's `selector_ranking.json`), and how many those are: what a reader behind a first stage that trains
     nothing can memorise. Empty for a run without a ranking file."""
@@ -312,7 +313,7 @@ def answer_f1_where_read(run_dir: Path, table: Any) -> dict[str, float]:
         return {}
     record = json.loads(ranking_file.read_text())
     read = {row["id"]: row["ranking"][: record["top_k"]] for row in record["rankings"]}
-    scores = {row["id"]: row["answer_f1"] for row in map(json.loads, (run_dir / PER_QUESTION_FILE).open())}
+    scores = {row["id"]: row["answer_f1"] for row in read_per_question(str(run_dir / PER_QUESTION_FILE))}
     reachable = [
         question_id
         for question_id, paragraphs, answer, aliases in zip(
@@ -370,7 +371,7 @@ def run_model(model: str, out: Path, extra: list[str], console: Console) -> dict
         },
         "overrides": [*spec.overrides, *extra],
         **{name: float(metrics[name]) for name in REPORTED if name in metrics},
-        **{name: metrics[name] for name in READ if name in metrics},
+        **{name: metrics[name] for name in READ_METRICS if name in metrics},
         "thresholds": spec.thresholds,
         "final_train_loss": final_losses(run_dir),
         "wall_s": round(wall_s, 1),

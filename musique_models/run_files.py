@@ -180,8 +180,11 @@ def write_side_file(output_dir: str | Path, name: str, title: str, records: list
 
 
 def declared_side_files(run_dir: str | Path) -> list[dict[str, str]]:
-    """The side files declared in a run's (or an evaluation's) folder, in the order declared: `file` and `title`."""
+    """The side files declared in a run's (or an evaluation's) folder, in the order declared: `file` and `title`. A
+    folder written before side files were declared has no `side_files.json`: its generative reader's
+    `generations.jsonl`, the one row-by-row file of that time, stands declared."""
     path = Path(run_dir) / SIDE_FILES
     if not path.exists():
-        return []
+        legacy = Path(run_dir) / GENERATIONS_FILE
+        return [{"file": GENERATIONS_FILE, "title": "raw generation"}] if legacy.exists() else []
     return list(json.loads(path.read_text(encoding="utf-8")).get("side_files", []))

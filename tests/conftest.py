@@ -54,6 +54,11 @@ TINY_SELECT_ANSWER = [
     ONE_THREAD,
 ]
 
+# Under pytest-xdist each test process computes on one thread: two processes of two threads each on two cores
+# spin-wait on each other (a real MiniLM fit took 114 s instead of 23 beside the DDP test). A run a test trains
+# sets its own count (`trainer.threads`), as do the subprocesses.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    torch.set_num_threads(1)
 TORCH_THREADS = torch.get_num_threads()
 
 

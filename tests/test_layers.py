@@ -2,7 +2,9 @@
 (entry points).
 
 A module may import its own layer and the layers below it, never a layer above. `errors`, `io`, `run_files` (the
-run folder's file names), `settings` (the stages' typed settings), `systems` (the registry of the model configs'
+run folder's file names), `settings` (what the components' settings schemas build on, and their discovery: it
+imports `musique_models.recipes.*_settings` by name, the one string import, so those modules may import only the
+foundation: checked below), `systems` (the registry of the model configs'
 `system:` entries) and the package's `__init__` are the foundation every layer may use. Imports inside functions count too.
 """
 
@@ -102,3 +104,16 @@ def test_the_checker_sees_upward_imports_absolute_relative_and_inside_functions(
     ]
     own = _layer("musique_models.models.offending")
     assert [line for line, module in found if _layer(module) > own] == [2, 3, 4]
+
+
+SETTINGS_MODULES = sorted((PACKAGE / "recipes").glob("*_settings.py"))
+
+
+@pytest.mark.parametrize("path", SETTINGS_MODULES, ids=lambda path: path.name)
+def test_a_settings_module_imports_only_the_foundation(path: Path) -> None:
+    # `musique_models.settings` (the foundation) imports these by name before any config composes: they must stay
+    # light, and importing a layer from them would import it into every `import musique_models`
+    imported = [module for _, module in _imports(path, _module_name(path))]
+    assert imported and all(module in FOUNDATION for module in imported), imported
+    source = path.read_text()
+    assert "import torch" not in source and "from torch" not in source

@@ -59,13 +59,19 @@ CASES = {
     "probe-bad-min-paragraphs": ([*PROBE, "out={tmp}/probe.json", "min_paragraphs=0"], "min_paragraphs=0: expected"),
     "probe-unknown-split": ([*PROBE, "out={tmp}/probe.json", "split=test"], "no split 'test'"),
     "probe-no-out": ([*PROBE], "out=PATH"),
-    "probe-not-a-boolean": ([*PROBE[:-1], "dataset.sample=maybe", "out={tmp}/probe.json"], "not a boolean"),
+    "probe-not-a-boolean": (
+        [*PROBE[:-1], "dataset.sample=maybe", "out={tmp}/probe.json"],
+        "dataset.sample=maybe: Value 'maybe' is not a valid bool",
+    ),
     "contrast-missing-input": (
         [*CONTRAST, "--input", "{tmp}/missing.json", "--format", "musique", "--output", "{tmp}/out.jsonl"],
         "file not found",
     ),
     "summary-unknown-dataset": ([*SUMMARY, "dataset=foo"], "dataset/foo"),
-    "summary-bad-override": ([*SUMMARY, "dataset.smaple=true"], "Could not override 'dataset.smaple'"),
+    "summary-bad-override": (
+        [*SUMMARY, "dataset.smaple=true"],
+        "dataset.smaple: DatasetSettings has no such setting; did you mean `dataset.sample`?",
+    ),
     "summary-unparsable-override": ([*SUMMARY, "foo"], "Error parsing override 'foo'"),
 }
 

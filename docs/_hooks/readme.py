@@ -28,6 +28,7 @@ def readme_as_home(readme: str) -> str:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """mkdocs' hook: the home page's markdown is the README's (`readme_as_home`); every other page is left as is."""
     if page.file.src_uri != "index.md":
         return markdown
     readme = Path(config["config_file_path"]).parent / "README.md"

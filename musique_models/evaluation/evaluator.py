@@ -291,10 +291,16 @@ def write_intervals(path: str | Path, intervals: Mapping[str, Interval]) -> None
 UNSCALED_METRICS = ("decomposition_bleu",)
 
 
+# Counts that runs saved before counts were integers hold as floats (`3.0`).
+SAVED_AS_FLOAT_COUNTS = ("invalid_decompositions", "unparsed_generations")
+
+
 def is_count_metric(name: str, value: object) -> bool:
     """Whether a metric is a count, shown as it is: its name ends in `count`, or its value is an integer (what a
-    predictor's `extra_metrics` gives for a count, e.g. `invalid_decompositions`; scores are floats)."""
-    return name.endswith("count") or (isinstance(value, int) and not isinstance(value, bool))
+    predictor's `extra_metrics` gives for a count, e.g. `invalid_decompositions`; scores are floats), or it is one
+    of the counts older runs saved as floats."""
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    return name.endswith("count") or integer or name in SAVED_AS_FLOAT_COUNTS
 
 
 def metrics_table(

@@ -25,7 +25,6 @@ from musique_models.features.context import (
     locate_answer,
     ordered_paragraphs,
 )
-from musique_models.features.padding import declare_columns
 
 ANSWERER_FEATURES = datasets.Features(
     {
@@ -211,17 +210,3 @@ def featurize_answerer(
 
 
 featurize_answerer.output_features = ANSWERER_FEATURES  # type: ignore[attr-defined]
-
-
-# The windows' span offsets (-1: no token of the context) and paragraph markers (features/end2end.py writes the same).
-declare_columns(
-    __name__,
-    pad={
-        "offset_start": -1,
-        "offset_end": -1,
-        "marker_positions": 0,
-        "marker_paragraph_idx": -1,
-        "support_labels": 0.0,
-    },
-    floats=("support_labels",),
-)

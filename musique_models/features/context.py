@@ -8,6 +8,7 @@ from typing import Any
 
 from musique_models.errors import MusiqueModelsError
 from musique_models.evaluation.metrics import normalize_answer
+from musique_models.features.padding import declare_columns
 
 # Marks the start of each paragraph in a reader's input (added to every tokenizer as a special token).
 PARAGRAPH_MARKER = "[[PP]]"
@@ -154,3 +155,18 @@ def locate_answer(
         if found is not None:
             return found, found + len(answer)
     return None
+
+
+# The span readers' columns (features/answerer.py's windows, features/end2end.py's one input): the span offsets
+# (-1: no token of the context) and the paragraph markers.
+declare_columns(
+    __name__,
+    pad={
+        "offset_start": -1,
+        "offset_end": -1,
+        "marker_positions": 0,
+        "marker_paragraph_idx": -1,
+        "support_labels": 0.0,
+    },
+    floats=("support_labels",),
+)

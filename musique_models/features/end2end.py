@@ -34,7 +34,6 @@ from musique_models.features.context import (
     locate_answer,
     ordered_paragraphs,
 )
-from musique_models.features.padding import declare_columns
 
 # Which tokens before the context get global attention (besides the markers, which always do).
 GLOBAL_ATTENTION = ("before_context", "question")
@@ -187,16 +186,3 @@ def featurize_end2end(
 
 
 featurize_end2end.output_features = END2END_FEATURES  # type: ignore[attr-defined]
-
-
-declare_columns(
-    __name__,
-    pad={
-        "offset_start": -1,
-        "offset_end": -1,
-        "marker_positions": 0,
-        "marker_paragraph_idx": -1,
-        "support_labels": 0.0,
-    },
-    floats=("support_labels",),
-)

@@ -264,6 +264,8 @@ def generative_stages(cfg: DictConfig, split: PlanSplits) -> list[StagePlan]:
 
 
 def seq2seq_component(stage: DictConfig, mode: str, batch: int, source: int, target: int) -> Component:
+    """A seq2seq stage's component: `source` input tokens and `target` decoder tokens a row, beam search of the
+    stage's `num_beams` when predicting."""
     beams = int(stage.num_beams) if mode == PREDICT else 1
     return Component(stage.backbone.name, SEQ2SEQ, mode, batch, source, target_tokens=target, beams=beams)
 
@@ -315,4 +317,6 @@ def train_work(
 def predict_work(
     name: str, work: str, component: Component, examples: int, unit: str, batch: int | None = None, repeats: int = 1
 ) -> StagePlan:
+    """Prediction work: `component` over `examples` (`unit`), `batch` a step (default: the component's), `repeats`
+    times."""
     return StagePlan(name, work, component, examples, unit, batch or component.batch, repeats)

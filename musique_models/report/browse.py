@@ -4,8 +4,8 @@ page (`RUN_DIR/errors.html`) to page through a run's evaluation split, question 
 Per question: the question, the gold answers against the predicted answer with its answer F1, every paragraph
 (title and text) with gold and predicted support marked, the gold decomposition (step, answer, supporting
 paragraph), and for Step Execution runs the executed steps (`steps.jsonl`) and the predicted decomposition
-(`decompositions.jsonl`), for generative readers each raw generation (`generations.jsonl`), for Select+Answer and
-1-Para the paragraphs the selector put in the top K that the answerer read, with every paragraph's rank, and for Beam
+(`decompositions.jsonl`), every side file a predictor declared (`side_files.json`: a generative reader's raw
+generations, `generations.jsonl`), field by field under its title, for Select+Answer and 1-Para the paragraphs the selector put in the top K that the answerer read, with every paragraph's rank, and for Beam
 Retrieval each retrieved chain with its score per hop (`selector_ranking.json`). MuSiQue-Full twins (same id, answerable and not) are shown side by side with gold and
 predicted answerability. Filters: hops, answer correctness (F1 = 1 / partial / 0), support F1 range,
 answerability, text; a pager.
@@ -182,7 +182,7 @@ def build_page_data(run_dir: str | Path, split_metrics: str | Path | None = None
                 ],
                 "steps": steps.get(index, []),
                 "predicted_decomposition": decompositions.get(example.id),
-                "side": side.get(index, []),
+                "side_files": side.get(index, []),
                 "chain": chains.get(index),
                 "selection": selections.get(index),
             }

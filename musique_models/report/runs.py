@@ -169,7 +169,8 @@ def record_from_config(
         dataset=str(dataset),
         sample=bool((config.get("dataset") or {}).get("sample", False)),
         seed=None if seed is None else int(seed),
-        metrics={key: float(value) for key, value in metrics.items() if isinstance(value, int | float)},
+        # a count stays an int (`is_count_metric`), a score becomes a float
+        metrics={key: _number(value) for key, value in metrics.items() if isinstance(value, int | float)},
         dire_metrics={
             key: float(value) for key, value in (dire_metrics or {}).items() if isinstance(value, int | float)
         },
@@ -177,6 +178,10 @@ def record_from_config(
         provenance=dict(provenance or {}),
         made_at=made_at,
     )
+
+
+def _number(value: int | float) -> int | float:
+    return value if isinstance(value, int) and not isinstance(value, bool) else float(value)
 
 
 def find_run_folders(paths: Iterable[str | Path]) -> tuple[list[RunRecord], list[str]]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from musique_models.evaluation.evaluator import format_p_value
+from musique_models.evaluation.evaluator import format_p_value, is_count_metric
 from musique_models.evaluation.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, Interval, PairedTest
 from musique_models.report.groups import RunGroup, backbones
 from musique_models.report.paper import HUMAN_SCORE, HUMAN_UPPER_BOUND, PaperFigure, PaperFigures
@@ -375,7 +375,7 @@ def per_hop_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
             cells = []
             for suffix in HOPS:
                 values = group.values(name + suffix)
-                if name.endswith("count") and values:
+                if values and all(is_count_metric(name, value) for value in values):
                     cells.append(f"{statistics.fmean(values):.0f}")
                 else:
                     cells.append(format_ours(values, intervals.get(name + suffix)))
@@ -430,7 +430,7 @@ def dire_markdown(groups: Sequence[RunGroup], paper: PaperFigures) -> str:
                 for suffix in HOPS:
                     # the DiRe scoring's own metrics, original scores included: the same questions as its DiRe's
                     values = [v for v in (r.dire_metrics.get(name + suffix) for r in scored) if v is not None]
-                    is_count = name.endswith("count") and values
+                    is_count = bool(values) and all(is_count_metric(name, value) for value in values)
                     interval = intervals.get(name + suffix)
                     cells.append(f"{statistics.fmean(values):.0f}" if is_count else format_ours(values, interval))
                 lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")

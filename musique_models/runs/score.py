@@ -12,7 +12,7 @@ Everything goes to `output` (default `RUN_DIR/evaluations/<dataset>-<split>[-dir
 `metrics.per_question.jsonl` and `metrics.intervals.json` (each metric's bootstrap interval; none of them for an
 unlabelled split), `scoring.json` (what was predicted: dataset, split,
 shipped sample or not, `eval_size`, rows, mode, partition, `dire_min_paragraphs`), the recipe's side files (`selector_ranking.json`,
-`decompositions.jsonl`, `steps.jsonl`), and with `mode=dire` the probe file in the dataset's own format
+`decompositions.jsonl`, `steps.jsonl`, `generations.jsonl` with `side_files.json`), and with `mode=dire` the probe file in the dataset's own format
 (`probe.jsonl` / `probe.json`), `probe_predictions.jsonl` and the probe's side files under `probe/`.
 """
 

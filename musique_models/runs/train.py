@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -51,9 +51,7 @@ from musique_models.training.run_folder import (
 from musique_models.training.stop import STOP, stopped_before_start
 
 # torch, Lightning and what imports them (the training layer's callbacks and loggers, the recipes) load only once a
-# run has passed its checks: a refused run answers in about a second instead of ten.
-if TYPE_CHECKING:
-    pass
+# run has passed its checks (imports inside the functions below): a refused run answers in about a second, not ten.
 log = logging.getLogger(__name__)
 
 

@@ -9,6 +9,7 @@ stage's next optimizer step, after writing a resume point: `musique_models.train
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,9 @@ class StopRequest:
         self._stage_dir: Path | None = None
         self._main = True
         self._pid = os.getpid()
+        # called in the handler just before it raises `RunInterrupted` (train.py notes the folder Hydra made: Hydra
+        # forgets it on the way out of a job stopped before the task function ran)
+        self.before_stop: Callable[[], None] | None = None
 
     @property
     def requested(self) -> bool:
@@ -126,6 +130,12 @@ class StopRequest:
         """Whether a stop was requested in this process or, through `STOP_FILE`, in the run's main process."""
         return self.requested or (stage_dir / STOP_FILE).exists()
 
+    def _before_stopping(self) -> None:
+        """Call `before_stop` (what the entry point must note while the signal's moment lasts); never fails."""
+        if self.before_stop is not None:
+            with contextlib.suppress(Exception):
+                self.before_stop()
+
     def _handle(self, signum: int, frame: Any) -> None:
         if os.getpid() != self._pid:
             return  # a forked child (a DataLoader worker) inherited the handler: the process that installed it acts
@@ -138,8 +148,10 @@ class StopRequest:
         if not first:
             for child in multiprocessing.active_children():  # DDP workers, DataLoader workers: they stop too
                 child.kill()
+            self._before_stopping()
             raise RunInterrupted(f"{name} received again: stopped at once")
         if self._stage_dir is None:
+            self._before_stopping()
             raise RunInterrupted(f"{name} received")
         self._stage_dir.mkdir(parents=True, exist_ok=True)
         (self._stage_dir / STOP_FILE).write_text(name + "\n")

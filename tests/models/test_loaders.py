@@ -145,9 +145,14 @@ def test_glibc_keeps_freed_memory_on_linux() -> None:
     assert switched == "True" and returned < 2**20
 
 
-def test_the_collator_pads_what_the_featurisers_declare_and_a_conflict_names_both() -> None:
+def test_the_collator_pads_what_the_featurisers_declare_and_a_conflict_names_both(monkeypatch) -> None:
     from musique_models.errors import MusiqueModelsError
+    from musique_models.features import padding
     from musique_models.features.padding import TOKENIZER_PAD, declare_columns, float_columns, pad_values
+
+    pad_values()  # every featuriser declared; the toy column below is undone after the test
+    monkeypatch.setattr(padding, "_PAD_VALUES", dict(padding._PAD_VALUES))
+    monkeypatch.setattr(padding, "_OWNERS", dict(padding._OWNERS))
 
     declared = pad_values()
     # each featuriser's own columns, declared beside it (answerer, beam, generative), and the float ones

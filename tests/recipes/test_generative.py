@@ -65,7 +65,7 @@ def test_a_prompted_llm_writes_official_predictions_and_metrics_that_evaluate_ru
     assert len(exemplars) == 2 and not {e["id"] for e in exemplars} & set(evaluation["id"])
     # the error browser shows each question's raw generation
     page = build_page_data(run)
-    shown = [row["side"] for row in page["rows"]]  # the declared side file, each row's record under its title
+    shown = [row["side_files"] for row in page["rows"]]  # the declared side file, each row's record under its title
     assert [entry[0]["title"] for entry in shown] == ["raw generation"] * 5
     assert [entry[0]["records"][0]["generation"] for entry in shown] == [g["generation"] for g in generations]
     # the same prompts again, from the run folder alone

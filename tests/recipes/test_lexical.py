@@ -79,7 +79,7 @@ RUN = [
 
 
 @pytest.mark.slow
-def test_the_ranker_keeps_no_checkpoint_and_the_answerer_trains_on_its_rankings(tmp_path: Path) -> None:
+def test_the_ranker_keeps_no_checkpoint_and_writes_the_rankings_the_answerer_trains_on(tmp_path: Path) -> None:
     run = tmp_path / "run"
     train(compose_cfg("train", [*RUN, f"paths.cache_dir={tmp_path}/cache", f"paths.output_dir={run}"]))
     # the ranker: its ranking files, no stage record, no checkpoint; the answerer: a trained stage

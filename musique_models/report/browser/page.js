@@ -203,9 +203,9 @@
     return typeof value === "object" ? JSON.stringify(value) : String(value);
   }
   function sideFiles(r) {
-    if (!r.side || !r.side.length) return null;
+    if (!r.side_files || !r.side_files.length) return null;
     var box = el("div");
-    r.side.forEach(function (entry) {
+    r.side_files.forEach(function (entry) {
       add(box, el("h5", null, entry.title));
       entry.records.forEach(function (record) {
         add(box, table(["field", "value"], Object.keys(record).map(function (key) {
