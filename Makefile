@@ -26,15 +26,16 @@ train: $(STAMP)
 	$(OFFLINE) $(PY) train.py $(ARGS)
 
 # Lint first (ruff, version locked), then the docs site (strict: a broken link or a warning fails), then the suite,
-# two test processes at a time (pytest-xdist): most tests use one core, so the two cores share the suite.
+# two test processes at a time (pytest-xdist, an idle process takes tests from the other; the slow tests go first:
+# tests/conftest.py): most tests use one core, so the two cores share the suite.
 TEST_WORKERS ?= 2
 test: lint docs
-	$(OFFLINE) $(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
+	$(OFFLINE) $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 # The inner loop: every test not marked slow (the grid, the contract, resume, DDP and learning tests are), no lint
 # or docs build. `make test` runs them all.
 test-fast: $(STAMP)
-	$(OFFLINE) $(PY) -m pytest -n $(TEST_WORKERS) -m "not slow" $(ARGS)
+	$(OFFLINE) $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow" $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

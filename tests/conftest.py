@@ -189,3 +189,9 @@ def _zygote() -> _Zygote:
     zygote = _Zygote()
     atexit.register(zygote.close)
     return zygote
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first (in their order): a minute-long test that starts last keeps one test process busy while
+    the other has nothing left to do."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
