@@ -228,7 +228,8 @@ def reader_stages(
     if mode == "windows" or (mode == "auto" and int(backbone.max_length) <= 512):
         raise PlanError(
             f"{name}: {backbone.name} reads through 512-token windows; the plan counts the single-input "
-            "(Longformer) answerer of the paper's systems"
+            "(Longformer) answerer of the paper's systems: pass backbone=longformer_large (the paper's), or an "
+            "experiment (experiment=sa_musique_ans)"
         )
     top_k = int(cfg.model.top_k) if paragraphs_read is None else None
     train_read, dev_read = paragraphs_read or (top_k, top_k)

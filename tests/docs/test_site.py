@@ -35,3 +35,18 @@ def test_the_home_page_is_the_readme_not_a_copy_of_it() -> None:
     home = hook.on_page_markdown(index, Page, {"config_file_path": str(PROJECT_ROOT / "mkdocs.yml")}, None)
     readme = (PROJECT_ROOT / "README.md").read_text()
     assert home.splitlines()[0] == readme.splitlines()[0] and "](docs/" not in home and len(home) > 0.9 * len(readme)
+
+
+def test_the_settings_reference_lists_every_settings_module_found_beside_a_recipe() -> None:
+    page = (PROJECT_ROOT / "docs" / "reference" / "settings.md").read_text()
+    assert hook.SCHEMAS_MARKER in page and "::: musique_models.recipes." not in page  # nothing listed by hand
+
+    class Page:
+        class file:  # noqa: N801 (mkdocs' attribute name)
+            src_uri = "reference/settings.md"
+
+    built = hook.on_page_markdown(page, Page, {"config_file_path": str(PROJECT_ROOT / "mkdocs.yml")}, None)
+    modules = sorted(path.stem for path in (PROJECT_ROOT / "musique_models" / "recipes").glob("*_settings.py"))
+    assert [line.removeprefix("::: musique_models.recipes.") for line in built.splitlines() if line.startswith(":::")][
+        1:
+    ] == modules
