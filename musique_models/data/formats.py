@@ -339,6 +339,13 @@ class DataFormat:
     def _example(self, record: _Record, dataset: str, labelled: bool) -> Example:
         raise NotImplementedError
 
+    def example(
+        self, raw: dict[str, Any], dataset: str, labelled: bool = True, source: str = "<records>", line: int = 1
+    ) -> Example:
+        """One raw record held in memory as an example, validated as a file's record is (an error names `source`
+        and `line`: the record's place among those given)."""
+        return self._example(_Record(raw, Path(source), line, self.id_field), dataset, labelled)
+
     def record(self, example: Example, **extra: Any) -> dict[str, Any]:
         """The example as one record of this layout, labels included, with `extra` fields added."""
         raise NotImplementedError

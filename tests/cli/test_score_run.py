@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from musique_models.data.probe import support_groups
 from musique_models.data.subsample import evaluation_subset_indices
 from musique_models.data.unlabelled import write_unlabelled
 from musique_models.evaluation.evaluator import evaluate_dire_files
+from musique_models.runs.api import ApiInputError, load_run
 from musique_models.runs.score import RunScoringError, score_run
 from musique_models.runs.train import train
 from musique_models.systems import registry
@@ -130,6 +132,24 @@ def check_against_the_run_and_the_evaluator(run: Path, dataset: str, partition: 
     assert dire["dire_count"] == len(set(answerable)) > 0
 
 
+def check_the_python_api(run: Path, dataset: str, folder: Path) -> None:
+    """`load_run(RUN).predict_records(records)` on the raw records of the run's evaluation questions gives exactly the
+    run's predictions (the same code path as `evaluate.py run=`)."""
+    gold = gold_subset(dataset, QUESTIONS, folder / f"api_gold{SAMPLE_DEV[dataset].suffix}")
+    records = read_jsonl(gold) if gold.suffix == ".jsonl" else json.loads(gold.read_text())
+    answers = load_run(run, device="cpu").predict_records(records)
+    assert [(a.id, a.answer, a.support_idxs, a.answerable, a.confidence) for a in answers] == [
+        (
+            p["id"],
+            p["predicted_answer"],
+            p["predicted_support_idxs"],
+            p["predicted_answerable"],
+            p["predicted_answer_confidence"],
+        )
+        for p in read_jsonl(run / "predictions.jsonl")
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(RUNS))
 def test_evaluate_run_reproduces_the_runs_metrics_and_scores_dire_as_the_evaluator(
@@ -139,7 +159,9 @@ def test_evaluate_run_reproduces_the_runs_metrics_and_scores_dire_as_the_evaluat
     stages = {path: path.stat().st_mtime_ns for path in run.rglob("*") if path.is_file()}
     # nothing may fit: any Trainer.fit (every stage's training goes through it) fails the test
     monkeypatch.setattr(pl.Trainer, "fit", lambda *args, **kwargs: pytest.fail("evaluate.py run= trained a stage"))
-    check_against_the_run_and_the_evaluator(run, RUNS[name][1].split("=")[1], "half", tmp_path)
+    dataset = RUNS[name][1].split("=")[1]
+    check_against_the_run_and_the_evaluator(run, dataset, "half", tmp_path)
+    check_the_python_api(run, dataset, tmp_path)
     assert all(path.stat().st_mtime_ns == mtime for path, mtime in stages.items())  # nothing of the run was touched
 
 
@@ -322,3 +344,61 @@ def test_a_run_folder_that_does_not_exist_is_refused_before_torch_loads(tmp_path
     assert line == f"error: run={tmp_path / 'nothing-here'}: no such folder"
     imported = {row.split("|")[-1].strip() for row in result.stderr.splitlines() if row.startswith("import time:")}
     assert "torch" not in imported
+
+
+@pytest.mark.slow
+def test_the_python_api_answers_plain_questions_and_refuses_bad_input_in_one_line(
+    full_run: Path, tmp_path: Path
+) -> None:
+    model = load_run(full_run, device="cpu")
+    paragraphs = [{"title": "Rome", "text": "Rome was founded by Romulus."}, "Paris is the capital of France."]
+    one = model.predict("Who founded Rome?", paragraphs, id="mine")
+    batch = model.predict_batch(
+        [("Who founded Rome?", paragraphs), {"question": "Where is Paris?", "paragraphs": paragraphs}]
+    )
+    # one question alone or in a batch: the same answer (the selector ranks each question's paragraphs on its own)
+    assert (one.id, batch[0].id, batch[1].id) == ("mine", "q0", "q1")
+    assert (one.answer, one.support_idxs, one.answerable) == (
+        batch[0].answer,
+        batch[0].support_idxs,
+        batch[0].answerable,
+    )
+    assert one.support_titles == [["Rome", ""][idx] for idx in one.support_idxs] and 0.0 <= one.confidence <= 1.0
+    assert sorted(one.ranking) == [0, 1]  # Select+Answer's ranking of the paragraphs given
+
+    bad = [
+        (lambda: model.predict(3, paragraphs), "item 0: the question must be a non-empty string"),
+        (lambda: model.predict("q", []), "item 0: paragraphs must be a non-empty list"),
+        (
+            lambda: model.predict("q", [{"title": "t"}]),
+            "item 0, paragraph 0: expected a string or a dict with a `text`",
+        ),
+        (lambda: model.predict_records([{"foo": 1}]), "record 0: not a MuSiQue, HotpotQA or 2WikiMultihopQA record"),
+        (lambda: load_run(tmp_path / "nowhere"), "no such folder"),
+        (lambda: load_run(full_run, device="tpu"), "device='tpu': expected one of cpu, cuda"),
+    ]
+    for call, message in bad:
+        with pytest.raises(ApiInputError, match=re.escape(message)):
+            call()
+    # a run that did not finish, and a run made by another version: one line each, before any weight loads
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(full_run, unfinished)
+    (unfinished / "status.json").write_text(json.dumps({"status": "interrupted"}))
+    with pytest.raises(ApiInputError, match="the run is interrupted, not finished"):
+        load_run(unfinished)
+    other = tmp_path / "other"
+    shutil.copytree(full_run, other)
+    provenance = json.loads((other / "provenance.json").read_text())
+    provenance["versions"]["musique-models"] = "9.9.0"
+    (other / "provenance.json").write_text(json.dumps(provenance))
+    with pytest.raises(ApiInputError, match="made by musique-models 9.9.0, this is 0.1.0"):
+        load_run(other)
+
+
+@pytest.mark.slow
+def test_the_python_api_pages_example_runs_on_a_tiny_run(full_run: Path, capsys: pytest.CaptureFixture) -> None:
+    page = (PROJECT_ROOT / "docs" / "python-api.md").read_text()
+    block = page.split("<!-- example:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, "docs/python-api.md", "exec"), {"RUN_DIR": str(full_run)})  # noqa: S102 (the docs' own code)
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and printed[1].startswith("[")  # the answer line, then the support
