@@ -46,6 +46,7 @@ DECOMPOSITIONS_FILE = "decompositions.jsonl"  # the decomposer's sub-questions
 GENERATIONS_FILE = "generations.jsonl"  # generative readers: each row's raw generation and what its parse missed
 GENERATION_SPEED_FILE = "generation_speed.json"  # generative readers: questions, tokens and seconds of the generation
 EXEMPLARS_FILE = "prompt_exemplars.json"  # model=llm_prompt: the k-shot exemplars the run's prompts hold
+EXPORT_FILE = "export.json"  # an export (python -m musique_models.export): what it holds, the version that wrote it
 SIDE_FILES = "side_files.json"  # the row-by-row side files a predictor declared (the error browser shows them)
 
 

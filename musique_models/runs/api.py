@@ -16,7 +16,9 @@ Bad input is one `ApiInputError` (a `MusiqueModelsError`) that says what is wron
 
 from __future__ import annotations
 
+import importlib
 import json
+import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,10 +31,13 @@ import musique_models
 from musique_models.data.formats import detect_format
 from musique_models.data.schema import Example, Paragraph
 from musique_models.errors import MusiqueModelsError
+from musique_models.io import write_json
 from musique_models.run_files import (
     CONFIG_FILE,
+    EXPORT_FILE,
     PROVENANCE_FILE,
     RANKING_FILE,
+    STAGE_FILE,
     STEPS_FILE,
     check_run_folder,
     declared_side_files,
@@ -160,7 +165,51 @@ def load_run(run_dir: str | Path, device: str | None = None) -> RunPredictor:
     if device is not None:
         with open_dict(cfg):
             cfg.trainer.accelerator = "gpu" if device == "cuda" else "cpu"
-    return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, run_dir))
+    if not (run_dir / EXPORT_FILE).exists():
+        return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, run_dir))
+    with tempfile.TemporaryDirectory(prefix="musique-models-export-") as folder:  # only while the stages load
+        return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, _as_run_folder(run_dir, Path(folder))))
+
+
+def _decoded(value: Any) -> Any:
+    """An export's hyperparameters back as the module takes them (`export.encode_hyperparameters` inverted): only
+    this package's dataclasses are rebuilt."""
+    if isinstance(value, dict) and "__dataclass__" in value:
+        module_name, _, class_name = str(value["__dataclass__"]).rpartition(".")
+        if not module_name.startswith("musique_models."):
+            raise ApiInputError(f"an export names {value['__dataclass__']}, not a class of musique_models")
+        cls = getattr(importlib.import_module(module_name), class_name)
+        return cls(**{key: _decoded(item) for key, item in value["fields"].items()})
+    if isinstance(value, dict):
+        return {key: _decoded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decoded(item) for item in value]
+    return value
+
+
+def _as_run_folder(export_dir: Path, folder: Path) -> Path:
+    """An export (`python -m musique_models.export`) laid out as the run folder its recipe's `load` reads: every
+    stage's weights and hyperparameters as its best checkpoint, beside the run's own files."""
+    import pytorch_lightning as pl
+    import torch
+    from safetensors.torch import load_file
+
+    manifest = json.loads((export_dir / EXPORT_FILE).read_text())
+    for path in export_dir.iterdir():
+        if path.is_file():
+            shutil.copy2(path, folder / path.name)
+    for stage, files in manifest.get("stages", {}).items():
+        hyperparameters = _decoded(json.loads((export_dir / files["module"]).read_text())["hyper_parameters"])
+        checkpoints = folder / stage / "checkpoints"
+        checkpoints.mkdir(parents=True)
+        checkpoint = {
+            "state_dict": load_file(export_dir / files["weights"]),
+            "hyper_parameters": hyperparameters,
+            "pytorch-lightning_version": pl.__version__,
+        }
+        torch.save(checkpoint, checkpoints / "best.ckpt")
+        write_json(folder / stage / STAGE_FILE, {"best_checkpoint": f"{stage}/checkpoints/best.ckpt"})
+    return folder
 
 
 def _version_of(run_dir: Path) -> str | None:

@@ -21,6 +21,7 @@ from musique_models.data.probe import support_groups
 from musique_models.data.subsample import evaluation_subset_indices
 from musique_models.data.unlabelled import write_unlabelled
 from musique_models.evaluation.evaluator import evaluate_dire_files
+from musique_models.export import export_run
 from musique_models.runs.api import ApiInputError, load_run
 from musique_models.runs.score import RunScoringError, score_run
 from musique_models.runs.train import train
@@ -137,17 +138,16 @@ def check_the_python_api(run: Path, dataset: str, folder: Path) -> None:
     run's predictions (the same code path as `evaluate.py run=`)."""
     gold = gold_subset(dataset, QUESTIONS, folder / f"api_gold{SAMPLE_DEV[dataset].suffix}")
     records = read_jsonl(gold) if gold.suffix == ".jsonl" else json.loads(gold.read_text())
-    answers = load_run(run, device="cpu").predict_records(records)
-    assert [(a.id, a.answer, a.support_idxs, a.answerable, a.confidence) for a in answers] == [
-        (
-            p["id"],
-            p["predicted_answer"],
-            p["predicted_support_idxs"],
-            p["predicted_answerable"],
-            p["predicted_answer_confidence"],
-        )
+    expected = [
+        (p["id"], p["predicted_answer"], p["predicted_support_idxs"], p["predicted_answerable"])
+        + (p["predicted_answer_confidence"],)
         for p in read_jsonl(run / "predictions.jsonl")
     ]
+    answers = load_run(run, device="cpu").predict_records(records)
+    assert [(a.id, a.answer, a.support_idxs, a.answerable, a.confidence) for a in answers] == expected
+    # its export (safetensors, tokenizers, config, model card) loads back to the same predictions
+    exported = load_run(export_run(run, folder / "export"), device="cpu").predict_records(records)
+    assert [(a.id, a.answer, a.support_idxs, a.answerable, a.confidence) for a in exported] == expected
 
 
 @pytest.mark.slow
@@ -396,9 +396,12 @@ def test_the_python_api_answers_plain_questions_and_refuses_bad_input_in_one_lin
 
 
 @pytest.mark.slow
-def test_the_python_api_pages_example_runs_on_a_tiny_run(full_run: Path, capsys: pytest.CaptureFixture) -> None:
+def test_the_python_api_pages_example_runs_on_a_tiny_run(
+    full_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     page = (PROJECT_ROOT / "docs" / "python-api.md").read_text()
     block = page.split("<!-- example:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(block, "docs/python-api.md", "exec"), {"RUN_DIR": str(full_run)})  # noqa: S102 (the docs' own code)
+    namespace = {"RUN_DIR": str(full_run), "EXPORT_DIR": str(tmp_path / "export")}
+    exec(compile(block, "docs/python-api.md", "exec"), namespace)  # noqa: S102 (the docs' own code)
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 2 and printed[1].startswith("[")  # the answer line, then the support

@@ -1,0 +1,119 @@
+"""A finished run as a self-contained folder to hand on or publish: `python -m musique_models.export RUN_DIR --out DIR`.
+
+    DIR/README.md               a model card in the Hugging Face Hub's format (YAML front matter, then prose)
+    DIR/config.yaml             the run's composed config; provenance.json, metrics.json (and its intervals)
+    DIR/export.json             what the folder holds: each stage and its files, the version that wrote it
+    DIR/<stage>/model.safetensors   the stage's best weights (the LightningModule's state dict, safetensors)
+    DIR/<stage>/musique_models_module.json   what rebuilds the module around them (its hyperparameters)
+    DIR/<stage>/tokenizer.json ...           the stage's tokenizer, saved with `save_pretrained`
+
+`musique_models.runs.load_run(DIR)` loads an export as it loads a run folder, with identical predictions. The
+module is rebuilt from its backbone's configuration (`BackboneSpec`: a packaged or hub encoder is read from the
+package or the hub cache once, then every weight comes from `model.safetensors`). Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from musique_models import __version__
+from musique_models.errors import MusiqueModelsError
+from musique_models.export.card import model_card
+from musique_models.io import write_json
+from musique_models.run_files import (
+    CONFIG_FILE,
+    EXPORT_FILE,
+    METRICS_FILE,
+    PROVENANCE_FILE,
+    STAGE_FILE,
+    STATUS_FILE,
+    check_run_folder,
+)
+
+WEIGHTS_FILE = "model.safetensors"
+MODULE_FILE = "musique_models_module.json"
+INTERVALS_FILE = "metrics.intervals.json"
+
+
+class ExportError(MusiqueModelsError):
+    """A run that cannot be exported (not finished, an output folder that is not empty)."""
+
+
+def encode_hyperparameters(value: Any) -> Any:
+    """A module's hyperparameters as JSON: a dataclass (`BackboneSpec`) as `{"__dataclass__": path, "fields": ...}`,
+    recursively; everything else as it is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        path = f"{type(value).__module__}.{type(value).__qualname__}"
+        fields = {item.name: encode_hyperparameters(getattr(value, item.name)) for item in dataclasses.fields(value)}
+        return {"__dataclass__": path, "fields": fields}
+    if isinstance(value, dict):
+        return {str(key): encode_hyperparameters(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode_hyperparameters(item) for item in value]
+    return value
+
+
+def push_to_hub(folder: str | Path, repo_id: str, private: bool = False) -> str:
+    """Upload an export to the Hugging Face Hub as model repository `repo_id` (made if missing), with
+    `huggingface_hub` (its token: `huggingface-cli login` or `HF_TOKEN`); the repository's URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    url = api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    api.upload_folder(
+        folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message="musique-models export"
+    )
+    return str(url)
+
+
+def export_run(run_dir: str | Path, out: str | Path) -> Path:
+    """Write the export of the finished run in `run_dir` into `out` (created; refused when it holds anything):
+    every trained stage's weights, hyperparameters and tokenizer, the run's config, provenance and metrics, and its
+    model card. Written into a temporary folder beside `out`, renamed when complete."""
+    import torch
+    from safetensors.torch import save_file
+
+    from musique_models.models.backbone import load_tokenizer
+
+    run_dir = check_run_folder(run_dir)
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"--out {out}: the folder is not empty; give a new one")
+    partial = out.parent / f".{out.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    stages = {}
+    for marker in sorted(run_dir.glob(f"*/{STAGE_FILE}")):
+        stage = marker.parent.name
+        checkpoint = torch.load(
+            run_dir / json.loads(marker.read_text())["best_checkpoint"], map_location="cpu", weights_only=False
+        )
+        folder = partial / stage
+        folder.mkdir()
+        weights = {key: tensor.contiguous().clone() for key, tensor in checkpoint["state_dict"].items()}
+        save_file(weights, folder / WEIGHTS_FILE, metadata={"format": "pt"})
+        hyperparameters = checkpoint.get("hyper_parameters") or {}
+        write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(dict(hyperparameters))})
+        backbone = hyperparameters.get("backbone")
+        if backbone is not None:
+            marker_token = not getattr(backbone, "causal", False)
+            load_tokenizer(backbone, paragraph_marker=marker_token).save_pretrained(folder)
+        stages[stage] = {"weights": f"{stage}/{WEIGHTS_FILE}", "module": f"{stage}/{MODULE_FILE}"}
+    for name in (CONFIG_FILE, PROVENANCE_FILE, METRICS_FILE, INTERVALS_FILE):
+        if (run_dir / name).exists():
+            shutil.copy2(run_dir / name, partial / name)
+    # the rest of what a run folder's `load` reads beside the checkpoints (a prompted LLM's exemplars, ...)
+    for extra in run_dir.glob("*.json"):
+        if not (partial / extra.name).exists() and extra.name not in (STATUS_FILE,):
+            shutil.copy2(extra, partial / extra.name)
+    write_json(partial / STATUS_FILE, {"status": "finished"})
+    write_json(partial / EXPORT_FILE, {"musique_models": __version__, "source": str(run_dir), "stages": stages})
+    (partial / "README.md").write_text(model_card(run_dir, stages), encoding="utf-8")
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
+    return out

@@ -1,0 +1,166 @@
+"""The model card of an export (`README.md`), in the Hugging Face Hub's format: YAML front matter (library,
+licence, tags, datasets, base models, the evaluation results as a `model-index`), then what the model is for, what
+it was trained on and with, its scores (with 95% intervals where the run has them), where it differs from the paper
+and how to load it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from musique_models.run_files import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE
+from musique_models.systems import system_name
+
+# The Hub's dataset ids of the paper's datasets.
+HUB_DATASETS = {
+    "musique_ans": "bdsaglam/musique",
+    "musique_full": "bdsaglam/musique",
+    "hotpotqa_20k": "hotpotqa/hotpot_qa",
+    "2wiki_20k": "xanhho/2WikiMultihopQA",
+}
+CARD_METRICS = {  # metric key -> (Hub metric type, readable name)
+    "answer_f1": ("f1", "Answer F1 (An)"),
+    "answer_em": ("exact_match", "Answer EM"),
+    "support_f1": ("f1", "Support F1 (Sp)"),
+    "group_answer_sufficiency_f1": ("f1", "An+Sf F1"),
+    "group_support_sufficiency_f1": ("f1", "Sp+Sf F1"),
+    "sufficiency_accuracy": ("accuracy", "Answerability accuracy (Sf)"),
+}
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _base_models(config: dict[str, Any]) -> list[str]:
+    """The pretrained models the run started from (hub ids; a packaged encoder's name)."""
+    found = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if str(node.get("_target_", "")).endswith("BackboneSpec"):  # not its tokenizer's or converter's spec
+                name = node.get("path") if node.get("source") == "hub" else node.get("distribution")
+                if node.get("source") in ("hub", "package") and name and name not in found:
+                    found.append(str(name))
+                return
+            for value in node.values():
+                walk(value)
+
+    walk(config.get("model") or {})
+    return found
+
+
+def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
+    """The card's markdown for the run in `run_dir` whose stages `stages` were exported."""
+    config = yaml.safe_load((run_dir / CONFIG_FILE).read_text()) or {}
+    metrics = _json(run_dir / METRICS_FILE)
+    intervals = _json(run_dir / "metrics.intervals.json").get("intervals", {})
+    provenance = _json(run_dir / PROVENANCE_FILE)
+    dataset = config.get("dataset") or {}
+    dataset_name = str(dataset.get("name", ""))
+    display = str(dataset.get("display_name") or dataset_name)
+    split = str(config.get("eval_split", "dev"))
+    system = system_name(config) or str(config.get("model_name") or "")
+    sample = bool(dataset.get("sample"))
+    results = [
+        {"type": kind, "value": round(100 * float(metrics[key]), 2), "name": name}
+        for key, (kind, name) in CARD_METRICS.items()
+        if key in metrics
+    ]
+    front = {
+        "library_name": "musique-models",
+        "license": "apache-2.0",
+        "tags": ["question-answering", "multihop-question-answering", "musique"],
+        "datasets": [HUB_DATASETS[dataset_name]] if dataset_name in HUB_DATASETS else [],
+        "base_model": _base_models(config) or None,
+        "model-index": [
+            {
+                "name": f"{system} ({config.get('model_name')}) on {display}",
+                "results": [
+                    {
+                        "task": {"type": "question-answering", "name": "Multihop question answering"},
+                        "dataset": {
+                            "name": display,
+                            "type": HUB_DATASETS.get(dataset_name, dataset_name),
+                            "split": split,
+                        },
+                        "metrics": results,
+                    }
+                ],
+            }
+        ],
+    }
+    front = {key: value for key, value in front.items() if value not in (None, [])}
+    rows = []
+    for key, (_, name) in CARD_METRICS.items():
+        if key not in metrics:
+            continue
+        interval = intervals.get(key)
+        text = f"{100 * float(metrics[key]):.1f}"
+        if interval:
+            text += f" [{100 * interval['low']:.1f}, {100 * interval['high']:.1f}]"
+        rows.append(f"| {name} | {text} |")
+    count = metrics.get("count")
+    trained_on = "the shipped sample" if sample else "its official files"
+    lines = [
+        "---",
+        yaml.safe_dump(front, sort_keys=False, allow_unicode=True).strip(),
+        "---",
+        "",
+        f"# {system} on {display}",
+        "",
+        f"A multihop question-answering model trained with musique-models as `model={config.get('model_name')}` "
+        f"({system}; the MuSiQue paper: Trivedi et al., TACL 2022).",
+        "",
+        "## Intended use",
+        "",
+        "Answering a question over a handful of paragraphs (its supporting paragraphs among distractors), naming the "
+        "paragraphs that support the answer and, for a model trained on MuSiQue-Full, whether the paragraphs answer "
+        "it at all. A research model: its scores below are on the data it was evaluated on, nothing more.",
+        "",
+        "## Training data and settings",
+        "",
+        f"- dataset: {display} ({trained_on}), training questions capped at {dataset.get('train_size')}, seed "
+        f"{config.get('seed')};",
+        f"- stages exported: {', '.join(sorted(stages)) or 'none (the model trains nothing)'};",
+        f"- musique-models {(provenance.get('versions') or {}).get('musique-models', '?')}, code "
+        f"{(provenance.get('code') or {}).get('commit', '?')}; every setting is in `config.yaml`.",
+        "",
+        "## Evaluation",
+        "",
+        f"On the {split} split of {display}"
+        + (f" ({int(count)} questions)" if count else "")
+        + ": the official MuSiQue evaluator's metrics, x 100, with 95% bootstrap intervals where the run has them.",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        *rows,
+        "",
+    ]
+    if sample:
+        lines += [
+            "These figures come from the shipped sample (a few hundred questions at most): a pipeline check, not a "
+            "result to compare with the paper's.",
+            "",
+        ]
+    lines += [
+        "## Differences from the paper",
+        "",
+        "musique-models follows the official code (StonyBrookNLP/musique) and lists where it differs, and why, in "
+        "its documentation (`docs/models.md`, *Where this framework differs from the official code*).",
+        "",
+        "## How to load it",
+        "",
+        "```python",
+        "from musique_models.runs import load_run",
+        "",
+        'model = load_run("path/to/this/folder")',
+        'answer = model.predict("Who founded the city ...?", [{"title": "...", "text": "..."}])',
+        "print(answer.answer, answer.support_titles)",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
