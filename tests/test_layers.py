@@ -1,4 +1,4 @@
-"""The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- runs <- plan <- report <- export <- cli
+"""The package's import direction: data <- evaluation <- features <- models <- training <- recipes <- runs <- plan <- report <- export <- demo <- cli
 (entry points).
 
 A module may import its own layer and the layers below it, never a layer above. `errors`, `io`, `run_files` (the
@@ -17,7 +17,20 @@ import pytest
 
 from musique_models import PROJECT_ROOT
 
-LAYERS = ["data", "evaluation", "features", "models", "training", "recipes", "runs", "plan", "report", "export", "cli"]
+LAYERS = [
+    "data",
+    "evaluation",
+    "features",
+    "models",
+    "training",
+    "recipes",
+    "runs",
+    "plan",
+    "report",
+    "export",
+    "demo",
+    "cli",
+]
 FOUNDATION = {
     "musique_models",
     "musique_models.errors",
