@@ -5,11 +5,15 @@
     DIR/export.json             what the folder holds: each stage and its files, the version that wrote it
     DIR/<stage>/model.safetensors   the stage's best weights (the LightningModule's state dict, safetensors)
     DIR/<stage>/musique_models_module.json   what rebuilds the module around them (its hyperparameters)
-    DIR/<stage>/tokenizer.json ...           the stage's tokenizer, saved with `save_pretrained`
+    DIR/<stage>/tokenizer.json ...           the stage's tokenizer, saved with `save_pretrained` (where the module's
+                                             vocabulary is the tokenizer's: not the decomposer's, which adds tokens)
 
 `musique_models.runs.load_run(DIR)` loads an export as it loads a run folder, with identical predictions. The
 module is rebuilt from its backbone's configuration (`BackboneSpec`: a packaged or hub encoder is read from the
-package or the hub cache once, then every weight comes from `model.safetensors`). Nothing is pickled.
+package or the hub cache once, then every weight comes from `model.safetensors`), so the machine that loads it needs
+that package or hub model too; a run that reused another run's trained stage (`selector_checkpoint`,
+`decomposer_checkpoint`) still reads it from where its config says. Nothing is pickled, and reading an export
+rebuilds no class but `BackboneSpec`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from musique_models.export.card import model_card
 from musique_models.io import write_json
 from musique_models.run_files import (
     CONFIG_FILE,
+    EXEMPLARS_FILE,
     EXPORT_FILE,
     METRICS_FILE,
     PROVENANCE_FILE,
@@ -73,19 +78,33 @@ def push_to_hub(folder: str | Path, repo_id: str, private: bool = False) -> str:
 def export_run(run_dir: str | Path, out: str | Path) -> Path:
     """Write the export of the finished run in `run_dir` into `out` (created; refused when it holds anything):
     every trained stage's weights, hyperparameters and tokenizer, the run's config, provenance and metrics, and its
-    model card. Written into a temporary folder beside `out`, renamed when complete."""
-    import torch
-    from safetensors.torch import save_file
-
-    from musique_models.models.backbone import load_tokenizer
-
+    model card. Written into a temporary folder beside `out`, renamed when complete (removed on a failure)."""
     run_dir = check_run_folder(run_dir)
+    if (run_dir / EXPORT_FILE).exists():
+        raise ExportError(f"{run_dir} is an export already: copy the folder instead")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"--out {out}: the folder is not empty; give a new one")
     partial = out.parent / f".{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
+    try:
+        _write_export(run_dir, partial)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # nothing half-written stays
+        raise
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
+    return out
+
+
+def _write_export(run_dir: Path, partial: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from musique_models.models.backbone import load_tokenizer
+
     stages = {}
     for marker in sorted(run_dir.glob(f"*/{STAGE_FILE}")):
         stage = marker.parent.name
@@ -99,21 +118,15 @@ def export_run(run_dir: str | Path, out: str | Path) -> Path:
         hyperparameters = checkpoint.get("hyper_parameters") or {}
         write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(dict(hyperparameters))})
         backbone = hyperparameters.get("backbone")
-        if backbone is not None:
-            marker_token = not getattr(backbone, "causal", False)
-            load_tokenizer(backbone, paragraph_marker=marker_token).save_pretrained(folder)
+        if backbone is not None:  # the stage's tokenizer, where the module's vocabulary is exactly its own
+            tokenizer = load_tokenizer(backbone, paragraph_marker=not getattr(backbone, "causal", False))
+            if len(tokenizer) == hyperparameters.get("vocab_size"):  # (the decomposer adds step tokens of its own)
+                tokenizer.save_pretrained(folder)
         stages[stage] = {"weights": f"{stage}/{WEIGHTS_FILE}", "module": f"{stage}/{MODULE_FILE}"}
-    for name in (CONFIG_FILE, PROVENANCE_FILE, METRICS_FILE, INTERVALS_FILE):
+    # the run's files, and what a recipe's `load` reads beside the checkpoints (a prompted LLM's exemplars)
+    for name in (CONFIG_FILE, PROVENANCE_FILE, METRICS_FILE, INTERVALS_FILE, EXEMPLARS_FILE):
         if (run_dir / name).exists():
             shutil.copy2(run_dir / name, partial / name)
-    # the rest of what a run folder's `load` reads beside the checkpoints (a prompted LLM's exemplars, ...)
-    for extra in run_dir.glob("*.json"):
-        if not (partial / extra.name).exists() and extra.name not in (STATUS_FILE,):
-            shutil.copy2(extra, partial / extra.name)
     write_json(partial / STATUS_FILE, {"status": "finished"})
-    write_json(partial / EXPORT_FILE, {"musique_models": __version__, "source": str(run_dir), "stages": stages})
+    write_json(partial / EXPORT_FILE, {"musique_models": __version__, "source": run_dir.name, "stages": stages})
     (partial / "README.md").write_text(model_card(run_dir, stages), encoding="utf-8")
-    if out.exists():
-        out.rmdir()
-    partial.rename(out)
-    return out

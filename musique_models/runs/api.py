@@ -16,6 +16,7 @@ Bad input is one `ApiInputError` (a `MusiqueModelsError`) that says what is wron
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import shutil
@@ -28,7 +29,7 @@ from typing import Any
 from omegaconf import OmegaConf, open_dict
 
 import musique_models
-from musique_models.data.formats import detect_format
+from musique_models.data.formats import detect_format, get_format
 from musique_models.data.schema import Example, Paragraph
 from musique_models.errors import MusiqueModelsError
 from musique_models.io import write_json
@@ -89,22 +90,32 @@ class RunPredictor:
         """Answers to many questions in one batched pass: each item is `(question, paragraphs)` or
         `(question, paragraphs, id)`, or a dict with `question`, `paragraphs` and optionally `id`."""
         examples = [_user_example(position, item) for position, item in enumerate(items)]
+        ids = [example.id for example in examples]
+        if not examples:
+            raise ApiInputError("no questions to answer")
+        if len(set(ids)) < len(ids):
+            repeated = sorted({question_id for question_id in ids if ids.count(question_id) > 1})
+            raise ApiInputError(f"ids given twice: {', '.join(repeated)} (each question needs its own id)")
         return self._answer(examples)
 
     def predict_records(self, records: Iterable[dict[str, Any]]) -> list[Answer]:
         """Answers to records in a supported dataset's own layout (MuSiQue, HotpotQA, 2WikiMultihopQA: as their
-        files hold them, labelled or not), in order; the labels, when present, are not used."""
+        files hold them, labelled or as the official test files, without labels), in order. The labels, when present,
+        are read as `evaluate.py run=` reads them (a Step Execution run with `decomposition=gold` follows them)."""
         examples = []
         for position, record in enumerate(records):
             if not isinstance(record, dict):
                 raise ApiInputError(f"record {position}: expected a dict, got {type(record).__name__}")
-            data_format = detect_format(record)
+            data_format = detect_format(record)  # a labelled record of a known layout
+            labelled = data_format is not None
+            if data_format is None:  # an unlabelled one, as the official test files hold it
+                layout = "musique" if "paragraphs" in record else "hotpotqa" if "context" in record else None
+                data_format = get_format(layout) if layout else None
             if data_format is None:
                 raise ApiInputError(
                     f"record {position}: not a MuSiQue, HotpotQA or 2WikiMultihopQA record (its keys: "
                     f"{', '.join(sorted(record))})"
                 )
-            labelled = "answer" in record or "answerable" in record
             try:
                 examples.append(data_format.example(record, USER_DATASET, labelled, line=position + 1))
             except MusiqueModelsError as error:
@@ -142,9 +153,10 @@ class RunPredictor:
 
 
 def load_run(run_dir: str | Path, device: str | None = None) -> RunPredictor:
-    """The finished run in `run_dir`, every stage's best weights loaded once (nothing trains), on `device` (`cpu`
-    or `cuda`; default: the run's trainer's, a GPU when there is one). `ApiInputError` for a folder that is not a
-    finished run, or a run made by another version of musique-models."""
+    """The finished run (or export) in `run_dir`, every stage's best weights loaded once (nothing trains), on
+    `device` (`cpu` or `cuda`; default: the run's trainer's, a GPU when there is one; `cuda` without one runs on the
+    CPU). `ApiInputError` for a folder that is not a finished run, or a run made by another major.minor version of
+    musique-models (a run made before runs recorded their version is loaded)."""
     from musique_models.recipes.build import instantiate_recipe
 
     try:
@@ -171,15 +183,24 @@ def load_run(run_dir: str | Path, device: str | None = None) -> RunPredictor:
         return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, _as_run_folder(run_dir, Path(folder))))
 
 
+# The only classes an export's hyperparameters may name: reading an export never calls anything else.
+EXPORT_DATACLASSES = {"musique_models.models.backbone.BackboneSpec"}
+
+
 def _decoded(value: Any) -> Any:
-    """An export's hyperparameters back as the module takes them (`export.encode_hyperparameters` inverted): only
-    this package's dataclasses are rebuilt."""
+    """An export's hyperparameters back as the module takes them (`export.encode_hyperparameters` inverted): only the
+    dataclasses of `EXPORT_DATACLASSES` are rebuilt, from their own fields; anything else is refused."""
     if isinstance(value, dict) and "__dataclass__" in value:
-        module_name, _, class_name = str(value["__dataclass__"]).rpartition(".")
-        if not module_name.startswith("musique_models."):
-            raise ApiInputError(f"an export names {value['__dataclass__']}, not a class of musique_models")
+        path = str(value["__dataclass__"])
+        if path not in EXPORT_DATACLASSES:
+            raise ApiInputError(f"an export names {path}; an export may name only {', '.join(EXPORT_DATACLASSES)}")
+        module_name, _, class_name = path.rpartition(".")
         cls = getattr(importlib.import_module(module_name), class_name)
-        return cls(**{key: _decoded(item) for key, item in value["fields"].items()})
+        fields = value.get("fields") or {}
+        known = {item.name for item in dataclasses.fields(cls)}
+        if not isinstance(fields, dict) or set(fields) - known:
+            raise ApiInputError(f"an export's {class_name} has fields it does not know: {sorted(set(fields) - known)}")
+        return cls(**{key: _decoded(item) for key, item in fields.items()})
     if isinstance(value, dict):
         return {key: _decoded(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -199,6 +220,9 @@ def _as_run_folder(export_dir: Path, folder: Path) -> Path:
         if path.is_file():
             shutil.copy2(path, folder / path.name)
     for stage, files in manifest.get("stages", {}).items():
+        inside = [export_dir / files["module"], export_dir / files["weights"]]
+        if not stage.isidentifier() or any(export_dir.resolve() not in path.resolve().parents for path in inside):
+            raise ApiInputError(f"{export_dir}: {EXPORT_FILE} names stage {stage!r} or files outside the export")
         hyperparameters = _decoded(json.loads((export_dir / files["module"]).read_text())["hyper_parameters"])
         checkpoints = folder / stage / "checkpoints"
         checkpoints.mkdir(parents=True)
@@ -216,7 +240,10 @@ def _version_of(run_dir: Path) -> str | None:
     path = run_dir / PROVENANCE_FILE
     if not path.exists():
         return None  # a run made before runs recorded it
-    versions = json.loads(path.read_text()).get("versions") or {}
+    try:
+        versions = json.loads(path.read_text()).get("versions") or {}
+    except (ValueError, AttributeError) as error:
+        raise ApiInputError(f"{path}: not a provenance file ({error})") from None
     return versions.get("musique-models")
 
 

@@ -375,6 +375,8 @@ def test_the_python_api_answers_plain_questions_and_refuses_bad_input_in_one_lin
         ),
         (lambda: model.predict_records([{"foo": 1}]), "record 0: not a MuSiQue, HotpotQA or 2WikiMultihopQA record"),
         (lambda: load_run(tmp_path / "nowhere"), "no such folder"),
+        (lambda: model.predict_batch([]), "no questions to answer"),
+        (lambda: model.predict_batch([("a", paragraphs, "x"), ("b", paragraphs, "x")]), "ids given twice: x"),
         (lambda: load_run(full_run, device="tpu"), "device='tpu': expected one of cpu, cuda"),
     ]
     for call, message in bad:
@@ -405,3 +407,15 @@ def test_the_python_api_pages_example_runs_on_a_tiny_run(
     exec(compile(block, "docs/python-api.md", "exec"), namespace)  # noqa: S102 (the docs' own code)
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 2 and printed[1].startswith("[")  # the answer line, then the support
+
+
+@pytest.mark.slow
+def test_the_python_api_answers_unlabelled_records_as_the_official_test_files_hold_them(full_run: Path) -> None:
+    unlabelled = read_jsonl(SAMPLES / "musique_ans" / "test_unlabelled.jsonl")[:3]
+    assert all("answer" not in record and "question_decomposition" not in record for record in unlabelled)
+    answers = load_run(full_run, device="cpu").predict_records(unlabelled)
+    assert [answer.id for answer in answers] == [record["id"] for record in unlabelled]
+    assert all(
+        set(answer.support_idxs) <= {p["idx"] for p in record["paragraphs"]}
+        for answer, record in zip(answers, unlabelled)
+    )

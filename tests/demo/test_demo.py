@@ -28,7 +28,8 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-network
 @pytest.fixture(scope="module")
 def demo(full_run: Path) -> Iterator[tuple[str, object]]:  # noqa: F811
     model = load_run(full_run, device="cpu")
-    server = make_server(model, port=0)
+    server = make_server(model, port=0)  # the default host
+    assert server.server_address[0] == "127.0.0.1"  # this machine only, unless --host says otherwise
     start_in_thread(server)
     yield f"http://127.0.0.1:{server.server_address[1]}/", model
     server.shutdown()
@@ -101,5 +102,9 @@ def test_the_server_listens_on_localhost_and_refuses_bad_input_in_one_line(demo)
         urllib.request.urlopen(request)
     assert refused.value.code == 400
     assert "paragraphs must be a non-empty list" in json.loads(refused.value.read())["error"]
+    for body, message in [(b"[1, 2]", "must be a JSON object"), (b"{not json", "Expecting property name")]:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url + "predict", data=body, method="POST"))
+        assert refused.value.code == 400 and message in json.loads(refused.value.read())["error"]
     samples = json.loads(urllib.request.urlopen(url + "samples").read())
     assert samples and all(sample["gold"]["answerable"] for sample in samples)

@@ -66,7 +66,7 @@ def test_a_non_empty_output_is_refused_and_nothing_is_half_written(
     monkeypatch.setattr(export, "model_card", lambda *args: (_ for _ in ()).throw(RuntimeError("disk full")))
     with pytest.raises(RuntimeError, match="disk full"):
         export_run(full_run, tmp_path / "fresh")
-    assert not (tmp_path / "fresh").exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["taken"]  # no `fresh`, no partial folder
 
 
 @pytest.mark.slow
@@ -93,3 +93,24 @@ def test_push_to_hub_makes_the_repository_and_uploads_the_folder(
     assert calls[0] == ("create_repo", "me/sa-tiny", {"repo_type": "model", "private": True, "exist_ok": True})
     assert calls[1][:2] == ("upload_folder", "me/sa-tiny") and "README.md" in calls[1][2] and "answerer" in calls[1][2]
     assert "pushed to https://huggingface.co/me/sa-tiny" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_an_export_that_names_another_class_or_a_path_outside_is_refused(full_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    from musique_models.runs.api import ApiInputError, load_run
+
+    out = export_run(full_run, tmp_path / "export")
+    module = out / "selector" / "musique_models_module.json"
+    saved = module.read_text()
+    hostile = {"__dataclass__": "musique_models.recipes.build.instantiate_recipe", "fields": {"cfg": {}}}
+    module.write_text(json.dumps({"hyper_parameters": {"backbone": hostile}}))
+    with pytest.raises(ApiInputError, match="an export may name only musique_models.models.backbone.BackboneSpec"):
+        load_run(out)
+    module.write_text(saved)
+    manifest = json.loads((out / EXPORT_FILE).read_text())
+    manifest["stages"]["selector"]["weights"] = "../../elsewhere.safetensors"
+    (out / EXPORT_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(ApiInputError, match="files outside the export"):
+        load_run(out)
+    with pytest.raises(SystemExit):  # an export is not exported again
+        export_main([str(out), "--out", str(tmp_path / "again")])
