@@ -145,6 +145,18 @@ def check_the_python_api(run: Path, dataset: str, folder: Path) -> None:
     ]
     answers = load_run(run, device="cpu").predict_records(records)
     assert [(a.id, a.answer, a.support_idxs, a.answerable, a.confidence) for a in answers] == expected
+    # what the system writes beside its predictions comes back on each answer, as the run wrote it
+    ranking = (
+        json.loads((run / "selector_ranking.json").read_text()) if (run / "selector_ranking.json").exists() else {}
+    )
+    if ranking.get("chains"):  # Beam SA
+        assert [a.chain for a in answers] == [entry["chain"] for entry in ranking["chains"]]
+    elif ranking:
+        assert [a.ranking for a in answers] == [entry["ranking"] for entry in ranking["rankings"]]
+    if (run / "steps.jsonl").exists():  # Step Execution
+        assert sum(len(a.steps) for a in answers) == len(read_jsonl(run / "steps.jsonl")) > 0
+    if (run / "generations.jsonl").exists():  # a generative reader
+        assert [a.generation for a in answers] == [g["generation"] for g in read_jsonl(run / "generations.jsonl")]
     # its export (safetensors, tokenizers, config, model card) loads back to the same predictions
     exported = load_run(export_run(run, folder / "export"), device="cpu").predict_records(records)
     assert [(a.id, a.answer, a.support_idxs, a.answerable, a.confidence) for a in exported] == expected
