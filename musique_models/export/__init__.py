@@ -7,6 +7,8 @@
     DIR/<stage>/musique_models_module.json   what rebuilds the module around them (its hyperparameters)
     DIR/<stage>/tokenizer.json ...           the stage's tokenizer, saved with `save_pretrained` (where the module's
                                              vocabulary is the tokenizer's: not the decomposer's, which adds tokens)
+    DIR/<stage>/encoder/                     an encoder stage's encoder alone (config.json, model.safetensors,
+                                             tokenizer): `transformers.AutoModel.from_pretrained(DIR/<stage>/encoder)`
 
 `musique_models.runs.load_run(DIR)` loads an export as it loads a run folder, with identical predictions. The
 module is rebuilt from its backbone's configuration (`BackboneSpec`: a packaged or hub encoder is read from the
@@ -41,6 +43,7 @@ from musique_models.run_files import (
 
 WEIGHTS_FILE = "model.safetensors"
 MODULE_FILE = "musique_models_module.json"
+ENCODER_FOLDER = "encoder"  # a stage's encoder alone, in the Hugging Face layout
 INTERVALS_FILE = "metrics.intervals.json"
 
 
@@ -99,6 +102,24 @@ def export_run(run_dir: str | Path, out: str | Path) -> Path:
     return out
 
 
+def _save_stock_encoder(backbone: Any, vocab_size: int, weights: dict[str, Any], folder: Path) -> bool:
+    """Save a stage's encoder (its `encoder.*` weights: a stock `transformers` encoder, as `load_encoder` builds
+    it) in the Hugging Face layout, loadable with `AutoModel.from_pretrained(folder)`; whether the stage has one (a
+    seq2seq or decoder-only stage has not)."""
+    from musique_models.models.backbone import load_encoder
+
+    prefix = "encoder."
+    encoder_weights = {key[len(prefix) :]: tensor for key, tensor in weights.items() if key.startswith(prefix)}
+    if not encoder_weights or getattr(backbone, "causal", False):
+        return False
+    encoder = load_encoder(backbone, vocab_size)
+    missing, unexpected = encoder.load_state_dict(encoder_weights, strict=False)
+    if unexpected or [key for key in missing if not key.startswith("pooler.")]:
+        return False  # not the stock encoder's layout
+    encoder.save_pretrained(folder)
+    return True
+
+
 def _write_export(run_dir: Path, partial: Path) -> None:
     import torch
     from safetensors.torch import save_file
@@ -122,7 +143,14 @@ def _write_export(run_dir: Path, partial: Path) -> None:
             tokenizer = load_tokenizer(backbone, paragraph_marker=not getattr(backbone, "causal", False))
             if len(tokenizer) == hyperparameters.get("vocab_size"):  # (the decomposer adds step tokens of its own)
                 tokenizer.save_pretrained(folder)
-        stages[stage] = {"weights": f"{stage}/{WEIGHTS_FILE}", "module": f"{stage}/{MODULE_FILE}"}
+                if _save_stock_encoder(backbone, hyperparameters["vocab_size"], weights, folder / ENCODER_FOLDER):
+                    tokenizer.save_pretrained(folder / ENCODER_FOLDER)
+                    stages.setdefault(stage, {})["encoder"] = f"{stage}/{ENCODER_FOLDER}"
+        stages[stage] = {
+            **stages.get(stage, {}),
+            "weights": f"{stage}/{WEIGHTS_FILE}",
+            "module": f"{stage}/{MODULE_FILE}",
+        }
     # the run's files, and what a recipe's `load` reads beside the checkpoints (a prompted LLM's exemplars)
     for name in (CONFIG_FILE, PROVENANCE_FILE, METRICS_FILE, INTERVALS_FILE, EXEMPLARS_FILE):
         if (run_dir / name).exists():

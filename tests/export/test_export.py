@@ -114,3 +114,23 @@ def test_an_export_that_names_another_class_or_a_path_outside_is_refused(full_ru
         load_run(out)
     with pytest.raises(SystemExit):  # an export is not exported again
         export_main([str(out), "--out", str(tmp_path / "again")])
+
+
+@pytest.mark.slow
+def test_an_encoder_stage_loads_with_stock_transformers(full_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    out = export_run(full_run, tmp_path / "export")
+    manifest = json.loads((out / EXPORT_FILE).read_text())
+    assert manifest["stages"]["selector"]["encoder"] == "selector/encoder"
+    encoder = AutoModel.from_pretrained(out / "selector" / "encoder").eval()
+    tokenizer = AutoTokenizer.from_pretrained(out / "selector" / "encoder")
+    weights = load_file(out / "selector" / "model.safetensors")
+    state = encoder.state_dict()
+    for key, tensor in weights.items():  # every encoder weight of the stage, as transformers reads it
+        if key.startswith("encoder."):
+            assert torch.equal(state[key.removeprefix("encoder.")], tensor), key
+    with torch.no_grad():
+        hidden = encoder(**tokenizer("Who founded Rome?", return_tensors="pt")).last_hidden_state
+    assert hidden.shape[-1] == encoder.config.hidden_size
