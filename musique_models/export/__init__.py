@@ -1,4 +1,4 @@
-"""A finished run as a self-contained folder to hand on or publish: `python -m musique_models.export RUN_DIR --out DIR`.
+"""A finished run as one folder to hand on or publish: `python -m musique_models.export RUN_DIR --out DIR`.
 
     DIR/README.md               a model card in the Hugging Face Hub's format (YAML front matter, then prose)
     DIR/config.yaml             the run's composed config; provenance.json, metrics.json (and its intervals)

@@ -1,4 +1,4 @@
-"""`python -m musique_models.export RUN_DIR --out DIR`: a finished run as a self-contained folder (weights in
+"""`python -m musique_models.export RUN_DIR --out DIR`: a finished run as one folder (weights in
 safetensors, tokenizers, config, provenance, metrics, a model card); `musique_models.runs.load_run(DIR)` loads it."""
 
 from __future__ import annotations
