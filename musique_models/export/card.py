@@ -53,6 +53,10 @@ def _base_models(config: dict[str, Any]) -> list[str]:
     return found
 
 
+# the stock `transformers` class that loads a stage's saved network, by its kind (`runs.exported`)
+STOCK_CLASSES = {"encoder": "AutoModel", "seq2seq_lm": "AutoModelForSeq2SeqLM", "causal_lm": "AutoModelForCausalLM"}
+
+
 def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
     """The card's markdown for the run in `run_dir` whose stages `stages` were exported."""
     config = yaml.safe_load((run_dir / CONFIG_FILE).read_text()) or {}
@@ -163,4 +167,21 @@ def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
         "```",
         "",
     ]
+    networks = {stage: entry["backbone"] for stage, entry in sorted(stages.items()) if entry.get("backbone")}
+    if networks:
+        lines += [
+            "Each stage's pretrained network, as trained, is a stock `transformers` model (its task heads, in "
+            "`<stage>/model.safetensors`, are musique-models'; the tokenizer is the backbone's own, without the "
+            "markers the module adds):",
+            "",
+            "```python",
+            f"from transformers import {', '.join(sorted({STOCK_CLASSES[n['kind']] for n in networks.values()}))}",
+            "",
+            *(
+                f'{stage} = {STOCK_CLASSES[network["kind"]]}.from_pretrained("path/to/this/folder/{network["folder"]}")'
+                for stage, network in networks.items()
+            ),
+            "```",
+            "",
+        ]
     return "\n".join(lines)

@@ -16,6 +16,8 @@ package, or a config.
   `attention_window` (`musique_models.models.long_context`), built into `path` on first use and reused.
 - `bert2bert` (seq2seq only, `load_seq2seq`): an encoder-decoder warm-started from the encoder `convert_from` on
   both sides (Rothe et al., 2020): encoder and decoder weights copied from it, cross-attention new; its tokenizer.
+- `saved`: a stage's trained backbone as an export saved it (`musique_models.runs.exported`): `path` is a folder in
+  the Hugging Face layout (config, weights, tokenizer), read from there alone: no package, no hub.
 
 `causal: true` marks a decoder-only language model (`load_causal_lm`: Llama, Qwen, SmolLM, ...).
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -104,12 +107,16 @@ class BackboneSpec:
             return str(
                 ensure_converted(self.convert_from.model_dir(), self.path, self.max_length, self.attention_window)
             )
+        if self.source == "saved":
+            if not self.path or not Path(self.path).is_dir():
+                raise BackboneError(f"backbone {self.name!r}: source=saved needs path, the saved folder ({self.path})")
+            return self.path
         if self.source == "bert2bert":
             if self.convert_from is None:
                 raise BackboneError(f"backbone {self.name!r}: source=bert2bert needs convert_from")
             return self.convert_from.model_dir()
         raise BackboneError(
-            f"backbone {self.name!r}: unknown source {self.source!r} (hub, package, gguf, random, converted or bert2bert)"
+            f"backbone {self.name!r}: unknown source {self.source!r} (hub, package, gguf, random, converted, bert2bert or saved)"
         )
 
 
@@ -131,8 +138,20 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 
 
 @contextmanager
-def _explained_hub_errors(spec: BackboneSpec) -> Iterator[None]:
-    """A hub backbone that cannot be fetched (offline, or a wrong name) fails with a line saying what to do."""
+def _loading_backbone(spec: BackboneSpec) -> Iterator[None]:
+    """A hub backbone that cannot be fetched (offline, or a wrong name) fails with a line saying what to do. A saved
+    backbone loads without transformers' load report: an encoder is saved without the pooler the modules drop, and
+    its module's checkpoint, loaded strictly after it, sets every weight."""
+    if spec.source == "saved":
+        from transformers.utils import logging as transformers_logging
+
+        verbosity = transformers_logging.get_verbosity()
+        transformers_logging.set_verbosity_error()
+        try:
+            yield
+        finally:
+            transformers_logging.set_verbosity(verbosity)
+        return
     try:
         yield
     except OSError as error:
@@ -150,7 +169,7 @@ def load_tokenizer(spec: BackboneSpec, paragraph_marker: bool = True) -> PreTrai
     """The backbone's fast tokenizer with the paragraph marker added as a special token (`paragraph_marker`: the
     span readers and selectors mark paragraphs with it; generative readers write `[idx]` and add nothing). A
     tokenizer without a padding token (most decoder-only ones) pads with its end token."""
-    with _explained_hub_errors(spec):
+    with _loading_backbone(spec):
         tokenizer = AutoTokenizer.from_pretrained(spec.model_dir(), use_fast=True)
     if not tokenizer.is_fast:
         raise BackboneError(f"backbone {spec.name!r} has no fast tokenizer (offsets are needed)")
@@ -195,7 +214,7 @@ def load_encoder(spec: BackboneSpec, vocab_size: int) -> PreTrainedModel:
             config = AutoConfig.from_pretrained(spec.model_dir(), **spec.config_overrides)
         model = AutoModel.from_config(config)
     else:
-        with _explained_hub_errors(spec):
+        with _loading_backbone(spec):
             model = AutoModel.from_pretrained(spec.model_dir(), **spec.config_overrides)
     resize_embeddings(model, vocab_size)
     if getattr(model, "pooler", None) is not None:
@@ -236,13 +255,13 @@ def load_seq2seq(spec: BackboneSpec, vocab_size: int, tokenizer: PreTrainedToken
         model = AutoModelForSeq2SeqLM.from_config(config)
     elif spec.source == "bert2bert":
         model_dir = spec.model_dir()
-        with _explained_hub_errors(spec.convert_from):
+        with _loading_backbone(spec.convert_from):
             model = EncoderDecoderModel.from_encoder_decoder_pretrained(model_dir, model_dir)
-        if getattr(model.encoder, "pooler", None) is not None:
-            model.encoder.pooler = None  # unused by the decoder; would also stall DDP's gradient sync
     else:
-        with _explained_hub_errors(spec):
+        with _loading_backbone(spec):
             model = AutoModelForSeq2SeqLM.from_pretrained(spec.model_dir(), **spec.config_overrides)
+    if isinstance(model, EncoderDecoderModel) and getattr(model.encoder, "pooler", None) is not None:
+        model.encoder.pooler = None  # unused by the decoder; would also stall DDP's gradient sync
     halves = [model.encoder, model.decoder] if isinstance(model, EncoderDecoderModel) else [model]
     for half in halves:  # EncoderDecoderModel cannot resize both halves itself
         resize_embeddings(half, vocab_size)
@@ -271,7 +290,7 @@ def load_causal_lm(spec: BackboneSpec, vocab_size: int, tokenizer: PreTrainedTok
         )
         model = AutoModelForCausalLM.from_config(config)
     else:
-        with _explained_hub_errors(spec):
+        with _loading_backbone(spec):
             model = AutoModelForCausalLM.from_pretrained(spec.model_dir(), **spec.config_overrides)
     resize_embeddings(model, vocab_size)
     for name, value in token_ids.items():

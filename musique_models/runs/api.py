@@ -16,10 +16,7 @@ Bad input is one `ApiInputError` (a `MusiqueModelsError`) that says what is wron
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
-import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,17 +29,16 @@ import musique_models
 from musique_models.data.formats import detect_format, get_format
 from musique_models.data.schema import Example, Paragraph
 from musique_models.errors import MusiqueModelsError
-from musique_models.io import write_json
 from musique_models.run_files import (
     CONFIG_FILE,
     EXPORT_FILE,
     PROVENANCE_FILE,
     RANKING_FILE,
-    STAGE_FILE,
     STEPS_FILE,
     check_run_folder,
     declared_side_files,
 )
+from musique_models.runs.exported import ExportFormatError, read_export
 
 # The dataset name user questions carry in the schema (no dataset's files hold them).
 USER_DATASET = "user"
@@ -180,60 +176,11 @@ def load_run(run_dir: str | Path, device: str | None = None) -> RunPredictor:
     if not (run_dir / EXPORT_FILE).exists():
         return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, run_dir))
     with tempfile.TemporaryDirectory(prefix="musique-models-export-") as folder:  # only while the stages load
-        return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, _as_run_folder(run_dir, Path(folder))))
-
-
-# The only classes an export's hyperparameters may name: reading an export never calls anything else.
-EXPORT_DATACLASSES = {"musique_models.models.backbone.BackboneSpec"}
-
-
-def _decoded(value: Any) -> Any:
-    """An export's hyperparameters back as the module takes them (`export.encode_hyperparameters` inverted): only the
-    dataclasses of `EXPORT_DATACLASSES` are rebuilt, from their own fields; anything else is refused."""
-    if isinstance(value, dict) and "__dataclass__" in value:
-        path = str(value["__dataclass__"])
-        if path not in EXPORT_DATACLASSES:
-            raise ApiInputError(f"an export names {path}; an export may name only {', '.join(EXPORT_DATACLASSES)}")
-        module_name, _, class_name = path.rpartition(".")
-        cls = getattr(importlib.import_module(module_name), class_name)
-        fields = value.get("fields") or {}
-        known = {item.name for item in dataclasses.fields(cls)}
-        if not isinstance(fields, dict) or set(fields) - known:
-            raise ApiInputError(f"an export's {class_name} has fields it does not know: {sorted(set(fields) - known)}")
-        return cls(**{key: _decoded(item) for key, item in fields.items()})
-    if isinstance(value, dict):
-        return {key: _decoded(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_decoded(item) for item in value]
-    return value
-
-
-def _as_run_folder(export_dir: Path, folder: Path) -> Path:
-    """An export (`python -m musique_models.export`) laid out as the run folder its recipe's `load` reads: every
-    stage's weights and hyperparameters as its best checkpoint, beside the run's own files."""
-    import pytorch_lightning as pl
-    import torch
-    from safetensors.torch import load_file
-
-    manifest = json.loads((export_dir / EXPORT_FILE).read_text())
-    for path in export_dir.iterdir():
-        if path.is_file():
-            shutil.copy2(path, folder / path.name)
-    for stage, files in manifest.get("stages", {}).items():
-        inside = [export_dir / files["module"], export_dir / files["weights"]]
-        if not stage.isidentifier() or any(export_dir.resolve() not in path.resolve().parents for path in inside):
-            raise ApiInputError(f"{export_dir}: {EXPORT_FILE} names stage {stage!r} or files outside the export")
-        hyperparameters = _decoded(json.loads((export_dir / files["module"]).read_text())["hyper_parameters"])
-        checkpoints = folder / stage / "checkpoints"
-        checkpoints.mkdir(parents=True)
-        checkpoint = {
-            "state_dict": load_file(export_dir / files["weights"]),
-            "hyper_parameters": hyperparameters,
-            "pytorch-lightning_version": pl.__version__,
-        }
-        torch.save(checkpoint, checkpoints / "best.ckpt")
-        write_json(folder / stage / STAGE_FILE, {"best_checkpoint": f"{stage}/checkpoints/best.ckpt"})
-    return folder
+        try:
+            laid_out = read_export(run_dir, Path(folder), cfg)
+        except ExportFormatError as error:
+            raise ApiInputError(str(error)) from None
+        return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, laid_out))
 
 
 def _version_of(run_dir: Path) -> str | None:

@@ -7,12 +7,15 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import pytorch_lightning as pl
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from musique_models import PROJECT_ROOT
 from musique_models.cli.evaluate import EvaluateConfigError
@@ -157,9 +160,29 @@ def check_the_python_api(run: Path, dataset: str, folder: Path) -> None:
         assert sum(len(a.steps) for a in answers) == len(read_jsonl(run / "steps.jsonl")) > 0
     if (run / "generations.jsonl").exists():  # a generative reader
         assert [a.generation for a in answers] == [g["generation"] for g in read_jsonl(run / "generations.jsonl")]
-    # its export (safetensors, tokenizers, config, model card) loads back to the same predictions
-    exported = load_run(export_run(run, folder / "export"), device="cpu").predict_records(records)
+    # its export (safetensors, tokenizers, config, model card) loads back to the same predictions, reading nothing
+    # outside the export: no package, no hub (but for a prompted LLM, which trains nothing: its LLM is the one named)
+    export = export_run(run, folder / "export")
+    with reading_only_the_export(allowed=OmegaConf.load(run / "config.yaml").model_name == "llm_prompt"):
+        exported = load_run(export, device="cpu").predict_records(records)
     assert [(a.id, a.answer, a.support_idxs, a.answerable, a.confidence) for a in exported] == expected
+
+
+@contextmanager
+def reading_only_the_export(allowed: bool = False) -> Iterator[None]:
+    """Any backbone read from an installed package or the hub fails the test (unless `allowed`)."""
+    if allowed:
+        yield
+        return
+
+    def outside(*args: object, **kwargs: object) -> None:
+        pytest.fail(f"an export's load read a backbone outside the export: {args}")
+
+    with (
+        mock.patch("musique_models.models.backbone.packaged_path", outside),
+        mock.patch("musique_models.models.backbone.hub_folder", outside),
+    ):
+        yield
 
 
 @pytest.mark.slow

@@ -6,16 +6,26 @@ contract test (tests/cli/test_score_run.py, `check_the_python_api`)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from musique_models.export import export_run
+from musique_models.export import ExportError, export_run
 from musique_models.export.__main__ import main as export_main
-from musique_models.run_files import EXPORT_FILE
-from tests.cli.test_score_run import full_run  # noqa: F401 (the module's shared tiny MuSiQue-Full SA run)
+from musique_models.run_files import EXPORT_FILE, STAGE_FILE
+from musique_models.runs.api import load_run
+from tests.cli.test_score_run import (  # the shared tiny MuSiQue-Full SA run
+    QUESTIONS,
+    full_run,  # noqa: F401
+    gold_subset,
+    reading_only_the_export,
+    trained_run,
+)
 
 
 @pytest.mark.slow
@@ -24,11 +34,17 @@ def test_the_export_holds_every_stage_and_a_hub_model_card(full_run: Path, tmp_p
     manifest = json.loads((out / EXPORT_FILE).read_text())
     assert sorted(manifest["stages"]) == ["answerer", "selector"]
     for stage in ("selector", "answerer"):
-        weights = load_file(out / stage / "model.safetensors")
-        assert weights and all(not key.startswith("_") for key in weights)
-        assert (out / stage / "tokenizer.json").exists()
+        heads = load_file(out / stage / "model.safetensors")
+        encoder = load_file(out / stage / "backbone" / "model.safetensors")
+        # each weight once: the encoder's in the backbone folder, the heads beside it; together the module's
+        trained = torch.load(best_checkpoint(full_run, stage), map_location="cpu", weights_only=False)["state_dict"]
+        assert heads and not any(key.startswith("encoder.") for key in heads)
+        assert sorted([*heads, *(f"encoder.{key}" for key in encoder)]) == sorted(trained)
+        assert (out / stage / "backbone" / "tokenizer.json").exists()
+        assert (out / stage / "backbone" / "config.json").exists()
         module = json.loads((out / stage / "musique_models_module.json").read_text())
         assert module["hyper_parameters"]["backbone"]["__dataclass__"].endswith("BackboneSpec")
+    assert manifest["reused"] == {}
     for name in ("config.yaml", "provenance.json", "metrics.json", "status.json"):
         assert (out / name).exists(), name
     card = (out / "README.md").read_text()
@@ -44,6 +60,7 @@ def test_the_export_holds_every_stage_and_a_hub_model_card(full_run: Path, tmp_p
     for heading in ("## Intended use", "## Training data and settings", "## Evaluation", "## How to load it"):
         assert heading in card
     assert "a pipeline check, not a result" in card  # trained on the shipped sample, and it says so
+    assert 'selector = AutoModel.from_pretrained("path/to/this/folder/selector/backbone")' in card
 
 
 @pytest.mark.slow
@@ -110,7 +127,7 @@ def test_an_export_that_names_another_class_or_a_path_outside_is_refused(full_ru
     manifest = json.loads((out / EXPORT_FILE).read_text())
     manifest["stages"]["selector"]["weights"] = "../../elsewhere.safetensors"
     (out / EXPORT_FILE).write_text(json.dumps(manifest))
-    with pytest.raises(ApiInputError, match="files outside the export"):
+    with pytest.raises(ApiInputError, match="outside the export"):
         load_run(out)
     with pytest.raises(SystemExit):  # an export is not exported again
         export_main([str(out), "--out", str(tmp_path / "again")])
@@ -118,19 +135,117 @@ def test_an_export_that_names_another_class_or_a_path_outside_is_refused(full_ru
 
 @pytest.mark.slow
 def test_an_encoder_stage_loads_with_stock_transformers(full_run: Path, tmp_path: Path) -> None:  # noqa: F811
-    import torch
     from transformers import AutoModel, AutoTokenizer
 
     out = export_run(full_run, tmp_path / "export")
     manifest = json.loads((out / EXPORT_FILE).read_text())
-    assert manifest["stages"]["selector"]["encoder"] == "selector/encoder"
-    encoder = AutoModel.from_pretrained(out / "selector" / "encoder").eval()
-    tokenizer = AutoTokenizer.from_pretrained(out / "selector" / "encoder")
-    weights = load_file(out / "selector" / "model.safetensors")
+    assert manifest["stages"]["selector"]["backbone"]["folder"] == "selector/backbone"
+    encoder = AutoModel.from_pretrained(out / "selector" / "backbone").eval()
+    tokenizer = AutoTokenizer.from_pretrained(out / "selector" / "backbone")
+    trained = torch.load(best_checkpoint(full_run, "selector"), map_location="cpu", weights_only=False)["state_dict"]
     state = encoder.state_dict()
-    for key, tensor in weights.items():  # every encoder weight of the stage, as transformers reads it
-        if key.startswith("encoder."):
-            assert torch.equal(state[key.removeprefix("encoder.")], tensor), key
+    encoder_weights = {key.removeprefix("encoder."): t for key, t in trained.items() if key.startswith("encoder.")}
+    assert encoder_weights
+    for key, tensor in encoder_weights.items():  # every trained encoder weight, as stock transformers reads it
+        assert torch.equal(state[key], tensor), key
     with torch.no_grad():
         hidden = encoder(**tokenizer("Who founded Rome?", return_tensors="pt")).last_hidden_state
     assert hidden.shape[-1] == encoder.config.hidden_size
+
+
+@pytest.mark.slow
+def test_a_reused_selector_travels_with_the_export(full_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    """A run that reused another run's selector (`model.selector_checkpoint=PATH`) exports that selector too: the
+    export loads with the other run gone, and with no package or hub to read, to the same predictions."""
+
+    other = shutil.copytree(full_run, tmp_path / "other")
+    reusing = shutil.copytree(full_run, tmp_path / "reusing")
+    shutil.rmtree(reusing / "selector")  # its selector is the other run's
+    config = OmegaConf.load(reusing / "config.yaml")
+    config.model.selector_checkpoint = str(best_checkpoint(other, "selector"))
+    OmegaConf.save(config, reusing / "config.yaml")
+    predictions = [json.loads(line) for line in (full_run / "predictions.jsonl").read_text().splitlines()]
+    expected = [
+        (p["id"], p["predicted_answer"], p["predicted_support_idxs"], p["predicted_answer_confidence"])
+        for p in predictions
+    ]
+    gold = gold_subset("musique_full", QUESTIONS, tmp_path / "gold.jsonl")
+    records = [json.loads(line) for line in gold.read_text().splitlines()]
+
+    out = export_run(reusing, tmp_path / "export")
+    manifest = json.loads((out / EXPORT_FILE).read_text())
+    assert manifest["reused"] == {"model.selector_checkpoint": "reused_selector"}
+    assert sorted(manifest["stages"]) == ["answerer", "reused_selector"]
+    shutil.rmtree(other)
+    with reading_only_the_export():
+        answers = load_run(out, device="cpu").predict_records(records)
+    assert [(a.id, a.answer, a.support_idxs, a.confidence) for a in answers] == expected
+    # the other run gone, the reusing run itself can no longer be exported: said, and nothing half-written
+    with pytest.raises(ExportError, match="the reused stage's checkpoint is gone"):
+        export_run(reusing, tmp_path / "again")
+    assert not (tmp_path / "again").exists() and not (tmp_path / ".again.partial").exists()
+
+
+def best_checkpoint(run: Path, stage: str) -> Path:
+    return run / json.loads((run / stage / STAGE_FILE).read_text())["best_checkpoint"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "stage", "stock_class"),
+    [
+        ("select_generate-musique_full", "answerer", "AutoModelForSeq2SeqLM"),  # T5, embeddings tied to its head
+        ("generative_reader-hotpotqa_20k", "reader", "AutoModelForCausalLM"),  # Llama
+    ],
+)
+def test_a_generative_stage_loads_with_stock_transformers(
+    name: str, stage: str, stock_class: str, tmp_path: Path
+) -> None:
+    import transformers
+
+    run = trained_run(tmp_path, name)
+    out = export_run(run, tmp_path / "export")
+    network = json.loads((out / EXPORT_FILE).read_text())["stages"][stage]["backbone"]
+    model = getattr(transformers, stock_class).from_pretrained(out / network["folder"])
+    state = model.state_dict()
+    trained = torch.load(best_checkpoint(run, stage), map_location="cpu", weights_only=False)["state_dict"]
+    own = {key.removeprefix("model."): tensor for key, tensor in trained.items() if key.startswith("model.")}
+    assert own and sorted(own) == sorted(state)
+    for key, tensor in own.items():  # tied weights included: what stock transformers rebuilds is what was trained
+        assert torch.equal(state[key], tensor), key
+    assert (
+        f'{stock_class}.from_pretrained("path/to/this/folder/{network["folder"]}")' in (out / "README.md").read_text()
+    )
+
+
+@pytest.mark.slow
+def test_a_backbone_that_does_not_round_trip_is_exported_whole(
+    full_run: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The export rebuilds each stage's state dict from the files it wrote before relying on them: a backbone whose
+    saved weights do not give the module's back (here, read under the wrong prefix) is not split off; the stage is
+    exported whole, and loads to the same predictions (its backbone then read from its package)."""
+    import musique_models.runs.exported as exported
+
+    save_backbone = exported._save_backbone
+
+    def wrong_prefix(*args: object, **kwargs: object) -> dict | None:
+        saved = save_backbone(*args, **kwargs)
+        return saved and {**saved, "prefix": "elsewhere."}
+
+    monkeypatch.setattr(exported, "_save_backbone", wrong_prefix)
+    out = export_run(full_run, tmp_path / "export")
+    manifest = json.loads((out / EXPORT_FILE).read_text())
+    assert all("backbone" not in entry for entry in manifest["stages"].values())
+    for stage in ("selector", "answerer"):
+        trained = torch.load(best_checkpoint(full_run, stage), map_location="cpu", weights_only=False)["state_dict"]
+        whole = load_file(out / stage / "model.safetensors")
+        assert sorted(whole) == sorted(trained) and not (out / stage / "backbone").exists()
+    predictions = [json.loads(line) for line in (full_run / "predictions.jsonl").read_text().splitlines()]
+    gold = gold_subset("musique_full", QUESTIONS, tmp_path / "gold.jsonl")
+    answers = load_run(out, device="cpu").predict_records([json.loads(line) for line in gold.read_text().splitlines()])
+    assert [(a.id, a.answer, a.confidence) for a in answers] == [
+        (p["id"], p["predicted_answer"], p["predicted_answer_confidence"]) for p in predictions
+    ]

@@ -1,0 +1,274 @@
+"""The export format, both ways: a trained stage written as files (`write_stage`) and read back as the checkpoint its
+recipe loads (`read_export`). `musique_models.export` composes the folder; `load_run` reads it through here.
+
+A stage's folder:
+
+    <stage>/backbone/                 its pretrained network as trained, in the Hugging Face layout (config.json,
+                                      model.safetensors, tokenizer): stock `transformers` loads it (`AutoModel` for an
+                                      encoder, `AutoModelForSeq2SeqLM`, `AutoModelForCausalLM`), and `load_run` reads
+                                      it with no package and no hub (`BackboneSpec(source="saved")`)
+    <stage>/model.safetensors         every other weight of the module (its heads)
+    <stage>/musique_models_module.json   the module's hyperparameters as JSON (nothing pickled)
+
+The tokenizer saved is the backbone's own: a module adds its paragraph marker (the decomposer its step tokens) when it
+loads, as in training. A module keeps its pretrained network as `self.encoder` (an encoder) or `self.model` (an
+encoder-decoder or a decoder-only LM): `BACKBONE_ATTRIBUTES`. A module that keeps it elsewhere, or whose network does
+not round-trip through `save_pretrained`, is exported whole in `model.safetensors` (its tokenizer beside it) and
+rebuilt from its backbone's package or hub model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from musique_models.errors import MusiqueModelsError
+from musique_models.io import write_json
+from musique_models.run_files import EXPORT_FILE, STAGE_FILE
+
+WEIGHTS_FILE = "model.safetensors"
+MODULE_FILE = "musique_models_module.json"
+BACKBONE_FOLDER = "backbone"
+# where a module keeps its pretrained network: `self.encoder` (an encoder, `load_encoder`) or `self.model` (an
+# encoder-decoder, `load_seq2seq`, or a decoder-only LM, `load_causal_lm`)
+BACKBONE_ATTRIBUTES = ("encoder", "model")
+# The only classes an export's hyperparameters may name: reading an export never calls anything else.
+EXPORT_DATACLASSES = {"musique_models.models.backbone.BackboneSpec"}
+
+
+class ExportFormatError(MusiqueModelsError):
+    """An export folder that cannot be read: a file outside it, a class it may not name, a missing file."""
+
+
+def encode_hyperparameters(value: Any) -> Any:
+    """A module's hyperparameters as JSON: a dataclass (`BackboneSpec`) as `{"__dataclass__": path, "fields": ...}`,
+    recursively; everything else as it is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        path = f"{type(value).__module__}.{type(value).__qualname__}"
+        fields = {item.name: encode_hyperparameters(getattr(value, item.name)) for item in dataclasses.fields(value)}
+        return {"__dataclass__": path, "fields": fields}
+    if isinstance(value, dict):
+        return {str(key): encode_hyperparameters(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode_hyperparameters(item) for item in value]
+    return value
+
+
+def decode_hyperparameters(value: Any) -> Any:
+    """`encode_hyperparameters` inverted: only the dataclasses of `EXPORT_DATACLASSES` are rebuilt, from their own
+    fields; anything else is refused."""
+    if isinstance(value, dict) and "__dataclass__" in value:
+        path = str(value["__dataclass__"])
+        if path not in EXPORT_DATACLASSES:
+            raise ExportFormatError(f"an export names {path}; an export may name only {', '.join(EXPORT_DATACLASSES)}")
+        module_name, _, class_name = path.rpartition(".")
+        cls = getattr(importlib.import_module(module_name), class_name)
+        fields = value.get("fields") or {}
+        known = {item.name for item in dataclasses.fields(cls)}
+        if not isinstance(fields, dict) or set(fields) - known:
+            raise ExportFormatError(
+                f"an export's {class_name} has fields it does not know: {sorted(set(fields) - known)}"
+            )
+        return cls(**{key: decode_hyperparameters(item) for key, item in fields.items()})
+    if isinstance(value, dict):
+        return {key: decode_hyperparameters(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [decode_hyperparameters(item) for item in value]
+    return value
+
+
+def reused_checkpoints(cfg: DictConfig) -> dict[str, str]:
+    """The trained stages of other runs that a run's config reuses (`model.selector_checkpoint=PATH`, any
+    `model.*_checkpoint`): config key -> checkpoint path."""
+    found: dict[str, str] = {}
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            for name, item in node.items():
+                if str(name).endswith("_checkpoint") and isinstance(item, str) and item:
+                    found[f"{key}.{name}"] = item
+                else:
+                    walk(item, f"{key}.{name}")
+
+    model = cfg.get("model")
+    walk(OmegaConf.to_container(model, resolve=True) if model is not None else {}, "model")
+    return found
+
+
+def write_stage(checkpoint_path: Path, folder: Path) -> dict[str, Any]:
+    """Write the stage whose best checkpoint is `checkpoint_path` into `folder` (made); its entry in `export.json`.
+
+    The backbone goes to `backbone/` through `save_pretrained`; `model.safetensors` keeps the weights that folder
+    does not hold. Before anything is relied on, the module's whole state dict is rebuilt from the files written and
+    compared with the checkpoint's, tensor by tensor; a module whose backbone does not round-trip is exported whole
+    (every weight in `model.safetensors`)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from musique_models.models.backbone import BackboneSpec, load_tokenizer
+
+    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    weights = {key: tensor.contiguous() for key, tensor in checkpoint["state_dict"].items()}
+    hyperparameters = dict(checkpoint.get("hyper_parameters") or {})
+    folder.mkdir(parents=True)
+    entry: dict[str, Any] = {"weights": f"{folder.name}/{WEIGHTS_FILE}", "module": f"{folder.name}/{MODULE_FILE}"}
+    backbone = hyperparameters.get("backbone")
+    rest = weights
+    if isinstance(backbone, BackboneSpec):
+        saved = _save_backbone(backbone, int(hyperparameters.get("vocab_size") or 0), weights, folder / BACKBONE_FOLDER)
+        if saved is not None:
+            entry["backbone"] = {"folder": f"{folder.name}/{BACKBONE_FOLDER}", **saved}
+            held = {saved["prefix"] + key for key in _saved_keys(folder / BACKBONE_FOLDER)} | set(saved["tied"])
+            rest = {key: tensor for key, tensor in weights.items() if key not in held}
+        else:  # rebuilt from its package or hub model: its tokenizer beside the weights
+            load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
+    save_file({key: tensor.clone() for key, tensor in rest.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
+    write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(hyperparameters)})
+    if "backbone" in entry:
+        rebuilt = _stage_state_dict(folder.parent, entry)
+        if rebuilt.keys() != weights.keys() or any(not torch.equal(rebuilt[k], weights[k]) for k in weights):
+            shutil.rmtree(folder)  # not this module's layout after all: the whole module in one file
+            folder.mkdir()
+            del entry["backbone"]
+            load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
+            save_file({k: t.clone() for k, t in weights.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
+            write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(hyperparameters)})
+    return entry
+
+
+def _save_backbone(backbone: Any, vocab_size: int, weights: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """Save the module's pretrained network (the weights under one of `BACKBONE_ATTRIBUTES`) in the Hugging Face
+    layout into `folder`, built as the module builds it and given the trained weights; what reads it back (its
+    prefix, its kind, the module's weights tied to a saved one), or None when the module keeps no such network."""
+    import torch
+
+    from musique_models.models.backbone import load_causal_lm, load_encoder, load_seq2seq, load_tokenizer
+
+    for attribute in BACKBONE_ATTRIBUTES:
+        prefix = f"{attribute}."
+        own = {key[len(prefix) :]: tensor for key, tensor in weights.items() if key.startswith(prefix)}
+        if own:
+            break
+    else:
+        return None
+    tokenizer = load_tokenizer(backbone, paragraph_marker=False)
+    if attribute == "encoder":
+        if backbone.causal:
+            return None
+        network = load_encoder(backbone, vocab_size)
+        kind = "encoder"
+    else:
+        loader = load_causal_lm if backbone.causal else load_seq2seq
+        network = loader(backbone, vocab_size, tokenizer)
+        kind = "causal_lm" if backbone.causal else "seq2seq_lm"
+    missing, unexpected = network.load_state_dict(own, strict=False)
+    if unexpected or missing:
+        return None  # not the network the loader builds
+    network.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    on_disk = _saved_keys(folder)
+    by_storage = {own[key].untyped_storage().data_ptr(): key for key in on_disk if key in own}
+    tied = {}
+    for key, tensor in own.items():
+        if key in on_disk:
+            continue
+        twin = by_storage.get(tensor.untyped_storage().data_ptr())
+        if twin is None:
+            twin = next((k for k in on_disk if k in own and _same(own[k], tensor, torch)), None)
+        if twin is not None:
+            tied[prefix + key] = prefix + twin
+    return {"prefix": prefix, "kind": kind, "tied": tied}
+
+
+def _same(left: Any, right: Any, torch: Any) -> bool:
+    return left.shape == right.shape and left.dtype == right.dtype and bool(torch.equal(left, right))
+
+
+def _saved_keys(folder: Path) -> set[str]:
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            keys.update(handle.keys())
+    return keys
+
+
+def _stage_state_dict(export_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """A stage's whole state dict from its files: `model.safetensors`, the backbone folder's weights under their
+    prefix, and the tied weights from the ones they share."""
+    from safetensors.torch import load_file
+
+    state = load_file(_inside(export_dir, entry["weights"]))
+    backbone = entry.get("backbone")
+    if backbone:
+        folder = _inside(export_dir, backbone["folder"])
+        for path in sorted(folder.glob("*.safetensors")):
+            state.update({backbone["prefix"] + key: tensor for key, tensor in load_file(path).items()})
+        for key, twin in backbone["tied"].items():
+            state[key] = state[twin]
+    return state
+
+
+def _inside(export_dir: Path, relative: str) -> Path:
+    path = export_dir / relative
+    if export_dir.resolve() not in path.resolve().parents:
+        raise ExportFormatError(f"{export_dir}: {EXPORT_FILE} names {relative!r}, outside the export")
+    if not path.exists():
+        raise ExportFormatError(f"{export_dir}: {relative} is missing (an incomplete copy of the export?)")
+    return path
+
+
+def read_export(export_dir: Path, folder: Path, cfg: DictConfig) -> Path:
+    """The export in `export_dir` laid out in `folder` as the run folder its recipe's `load` reads (every stage's
+    weights and hyperparameters as its best checkpoint, beside the run's own files); `cfg` (the run's config) is
+    pointed at the reused stages the export holds. A saved backbone is read from `export_dir` itself."""
+    import pytorch_lightning as pl
+    import torch
+
+    from musique_models.models.backbone import BackboneSpec
+
+    manifest = json.loads((export_dir / EXPORT_FILE).read_text())
+    for path in export_dir.iterdir():
+        if path.is_file():
+            shutil.copy2(path, folder / path.name)
+    reused = manifest.get("reused", {})
+    for stage, entry in manifest.get("stages", {}).items():
+        if not str(stage).isidentifier():
+            raise ExportFormatError(f"{export_dir}: {EXPORT_FILE} names stage {stage!r}")
+        hyperparameters = decode_hyperparameters(
+            json.loads(_inside(export_dir, entry["module"]).read_text())["hyper_parameters"]
+        )
+        if entry.get("backbone"):
+            original = hyperparameters["backbone"]
+            hyperparameters["backbone"] = BackboneSpec(
+                name=original.name,
+                source="saved",
+                path=str(_inside(export_dir, entry["backbone"]["folder"]).resolve()),
+                max_length=original.max_length,
+                pooling=original.pooling,
+                learning_rate=original.learning_rate,
+                attention_window=original.attention_window,
+                causal=original.causal,
+            )
+        checkpoint = {
+            "state_dict": _stage_state_dict(export_dir, entry),
+            "hyper_parameters": hyperparameters,
+            "pytorch-lightning_version": pl.__version__,
+        }
+        checkpoints = folder / stage / "checkpoints"
+        checkpoints.mkdir(parents=True)
+        torch.save(checkpoint, checkpoints / "best.ckpt")
+        if stage in reused.values():  # another run's stage: the config names its checkpoint
+            with open_dict(cfg):
+                for key in [key for key, name in reused.items() if name == stage]:
+                    OmegaConf.update(cfg, key, str(checkpoints / "best.ckpt"), merge=False)
+        else:
+            write_json(folder / stage / STAGE_FILE, {"best_checkpoint": f"{stage}/checkpoints/best.ckpt"})
+    return folder
