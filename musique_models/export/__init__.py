@@ -8,10 +8,10 @@
     DIR/<stage>/model.safetensors   the module's other weights (its heads)
     DIR/<stage>/musique_models_module.json   what rebuilds the module around them (its hyperparameters)
 
-A stage the run reused from another run (`model.selector_checkpoint=PATH`) is exported too, as `reused_<name>`. The
+A stage the run reused from another run (`model.selector_checkpoint=PATH`) is exported too, as `reused_<name>`, and
+so is what a recipe builds from its config rather than reads from a stage (`untrained_modules`: a prompted LLM). The
 format, both ways, is `musique_models.runs.exported`'s. `musique_models.runs.load_run(DIR)` loads an export as it
-loads a run folder, with identical predictions, reading nothing outside it (no package, no hub) but for
-`model=llm_prompt`, which trains nothing: its LLM is the packaged or hub model its config names. Nothing is pickled,
+loads a run folder, with identical predictions, reading nothing outside it (no package, no hub). Nothing is pickled,
 and reading an export rebuilds no class but `BackboneSpec`.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -84,17 +85,30 @@ def export_run(run_dir: str | Path, out: str | Path) -> Path:
 
 
 def _write_export(run_dir: Path, partial: Path) -> None:
+    import torch
+
+    from musique_models.recipes.build import instantiate_recipe
+
+    def read(path: Path) -> dict[str, Any]:
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
     stages = {}
     for marker in sorted(run_dir.glob(f"*/{STAGE_FILE}")):
         stage = marker.parent.name
-        stages[stage] = write_stage(run_dir / json.loads(marker.read_text())["best_checkpoint"], partial / stage)
+        stages[stage] = write_stage(read(run_dir / json.loads(marker.read_text())["best_checkpoint"]), partial / stage)
     reused = {}
-    for key, checkpoint in reused_checkpoints(OmegaConf.load(run_dir / CONFIG_FILE)).items():
+    for key, checkpoint in reused_checkpoints(cfg).items():
         if not Path(checkpoint).expanduser().is_file():
             raise ExportError(f"{key}={checkpoint}: the reused stage's checkpoint is gone; the export needs it")
         stage = "reused_" + key.rsplit(".", 1)[-1].removesuffix("_checkpoint")
-        stages[stage] = write_stage(Path(checkpoint).expanduser(), partial / stage)
+        stages[stage] = write_stage(read(Path(checkpoint).expanduser()), partial / stage)
         reused[key] = stage
+    # what the recipe builds from its config rather than reads from a stage (a prompted LLM), saved as a stage
+    untrained = getattr(instantiate_recipe(cfg), "untrained_modules", None) if cfg.get("model") else None
+    for stage, module in (untrained(cfg, run_dir) if untrained else {}).items():
+        checkpoint = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+        stages[stage] = write_stage(checkpoint, partial / stage)
     # the run's files, and what a recipe's `load` reads beside the checkpoints (a prompted LLM's exemplars)
     for name in (CONFIG_FILE, PROVENANCE_FILE, METRICS_FILE, INTERVALS_FILE, EXEMPLARS_FILE):
         if (run_dir / name).exists():

@@ -66,7 +66,11 @@ class Recipe(Protocol):
     `fit(context)` trains every stage on `context`'s splits (resuming or skipping finished stages as `ckpt_path`
     says) and returns the trained `Predictor`; `load(cfg, run_dir)` returns the same predictor from the finished
     stages of the run in `run_dir` (its best checkpoints; `cfg` is the run's own config) and never trains: an
-    unfinished stage raises `StageNotFinishedError`."""
+    unfinished stage raises `StageNotFinishedError`.
+
+    A recipe whose `load` builds a network from its config instead of reading a stage (a prompted LLM) also offers
+    `untrained_modules(cfg, run_dir) -> {stage: module}`: an export saves them as stages, and `load` reads such a
+    stage when the folder holds one, so that an export needs no package or hub."""
 
     name: str
 

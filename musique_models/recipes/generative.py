@@ -46,7 +46,7 @@ from musique_models.run_files import EXEMPLARS_FILE, GENERATION_SPEED_FILE, GENE
 from musique_models.settings import dataset_setting
 from musique_models.training.datamodule import featurize
 from musique_models.training.inference import BatchPredictor
-from musique_models.training.stage import finished_checkpoint
+from musique_models.training.stage import finished_checkpoint, finished_stage
 
 log = logging.getLogger(__name__)
 # How many unparsed generations a prediction prints (with their problems); generations.jsonl holds them all.
@@ -59,6 +59,7 @@ def _clipped(text: str, limit: int = 200) -> str:
 
 
 ENGINES = ("hf", "vllm")
+READER_STAGE = "reader"  # the generative reader's stage (and a prompted LLM's, in an export)
 
 
 def generative_settings(
@@ -403,7 +404,7 @@ class GenerativeReaderRecipe:
     def fit(self, context: RunContext) -> GenerativePredictor:
         fitted = fit_generative_stage(
             context,
-            "reader",
+            READER_STAGE,
             self.reader_cfg,
             context.train,
             context.evaluation,
@@ -413,7 +414,7 @@ class GenerativeReaderRecipe:
         return GenerativePredictor(fitted, context.cfg, self.eval_batch_size)
 
     def load(self, cfg: DictConfig, run_dir: Path) -> GenerativePredictor:
-        fitted = load_generative_stage(cfg, self.reader_cfg, finished_checkpoint(run_dir, "reader"))
+        fitted = load_generative_stage(cfg, self.reader_cfg, finished_checkpoint(run_dir, READER_STAGE))
         return GenerativePredictor(fitted, cfg, self.eval_batch_size)
 
 
@@ -458,14 +459,21 @@ class PromptedLLM:
         self.engine = engine
         self.eval_batch_size = eval_batch_size
 
-    def _predictor(self, cfg: DictConfig, exemplars: list[dict], with_answerability: bool) -> GenerativePredictor:
+    def _reader(self, cfg: DictConfig, with_answerability: bool) -> GenerativeReader:
+        """The LLM as its config names it (nothing trained)."""
         backbone: BackboneSpec = instantiate(self.reader_cfg.backbone)
         tokenizer = load_tokenizer(backbone, paragraph_marker=False)
         # a random backbone (tests) is drawn from the run's seed, so that `load` rebuilds the very same weights
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(cfg.seed))
-            reader = build_generative_reader(self.reader_cfg, backbone, tokenizer, with_answerability)
-        settings = generative_settings(self.reader_cfg, cfg, backbone, with_answerability, exemplars)
+            return build_generative_reader(self.reader_cfg, backbone, tokenizer, with_answerability)
+
+    def _predictor(
+        self, cfg: DictConfig, exemplars: list[dict], with_answerability: bool, reader: GenerativeReader | None = None
+    ) -> GenerativePredictor:
+        reader = reader or self._reader(cfg, with_answerability)
+        tokenizer = reader.tokenizer
+        settings = generative_settings(self.reader_cfg, cfg, reader.hparams.backbone, with_answerability, exemplars)
         fitted = FittedGenerativeReader(reader, tokenizer, settings, self.engine)
         ranker = None
         if self.selector_checkpoint:
@@ -489,9 +497,23 @@ class PromptedLLM:
         return self._predictor(context.cfg, exemplars, with_answerability)
 
     def load(self, cfg: DictConfig, run_dir: Path) -> GenerativePredictor:
-        """The same prompts as the run in `run_dir` (its exemplars file)."""
+        """The same prompts as the run in `run_dir` (its exemplars file), to the LLM its config names, or to the one
+        its folder holds as stage `reader` (an export's: `untrained_modules`)."""
+        setup = self._setup(run_dir)
+        saved = finished_stage(Path(run_dir), READER_STAGE)
+        reader = None
+        if saved is not None:
+            reader = GenerativeReader.load_from_checkpoint(saved["best_checkpoint"], map_location="cpu")
+        return self._predictor(cfg, setup["exemplars"], bool(setup["with_answerability"]), reader)
+
+    def untrained_modules(self, cfg: DictConfig, run_dir: Path) -> dict[str, GenerativeReader]:
+        """What `load` builds from the config rather than reading from a stage (the LLM, as stage `reader`): an
+        export saves it, so that the export needs no package or hub."""
+        return {READER_STAGE: self._reader(cfg, bool(self._setup(run_dir)["with_answerability"]))}
+
+    @staticmethod
+    def _setup(run_dir: Path) -> dict[str, Any]:
         path = Path(run_dir) / EXEMPLARS_FILE
         if not path.exists():
             raise MusiqueModelsError(f"{path}: no exemplars file; the run did not finish its setup")
-        setup = json.loads(path.read_text())
-        return self._predictor(cfg, setup["exemplars"], bool(setup["with_answerability"]))
+        return json.loads(path.read_text())

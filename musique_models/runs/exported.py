@@ -101,8 +101,9 @@ def reused_checkpoints(cfg: DictConfig) -> dict[str, str]:
     return found
 
 
-def write_stage(checkpoint_path: Path, folder: Path) -> dict[str, Any]:
-    """Write the stage whose best checkpoint is `checkpoint_path` into `folder` (made); its entry in `export.json`.
+def write_stage(checkpoint: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Write the stage whose checkpoint (`state_dict`, `hyper_parameters`) is `checkpoint` into `folder` (made); its
+    entry in `export.json`.
 
     The backbone goes to `backbone/` through `save_pretrained`; `model.safetensors` keeps the weights that folder
     does not hold. Before anything is relied on, the module's whole state dict is rebuilt from the files written and
@@ -113,7 +114,6 @@ def write_stage(checkpoint_path: Path, folder: Path) -> dict[str, Any]:
 
     from musique_models.models.backbone import BackboneSpec, load_tokenizer
 
-    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
     weights = {key: tensor.contiguous() for key, tensor in checkpoint["state_dict"].items()}
     hyperparameters = dict(checkpoint.get("hyper_parameters") or {})
     folder.mkdir(parents=True)
