@@ -172,7 +172,8 @@ def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
         lines += [
             "Each stage's pretrained network, as trained, is a stock `transformers` model (its task heads, in "
             "`<stage>/model.safetensors`, are musique-models'; the tokenizer is the backbone's own, without the "
-            "markers the module adds):",
+            "markers the module adds; an encoder's pooler, which no module uses, is not saved, and transformers says "
+            "it initialised one):",
             "",
             "```python",
             f"from transformers import {', '.join(sorted({STOCK_CLASSES[n['kind']] for n in networks.values()}))}",
@@ -184,4 +185,50 @@ def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
             "```",
             "",
         ]
+    lines += _selector_with_stock_transformers(config, stages)
     return "\n".join(lines)
+
+
+SCORE_HEAD = ["score_head.bias", "score_head.weight"]  # `ParagraphSelector`'s one head
+
+
+def _selector_with_stock_transformers(config: dict[str, Any], stages: dict[str, Any]) -> list[str]:
+    """For a Select+Answer selector: its relevance score with stock `transformers` and a few lines of torch (its
+    head is a linear layer over the pooled token states, which no stock classifier has)."""
+    entry = stages.get("selector") or {}
+    settings = (config.get("model") or {}).get("selector") or {}
+    backbone = settings.get("backbone") or {}
+    if entry.get("heads") != SCORE_HEAD or entry["backbone"]["kind"] != "encoder" or "max_length" not in settings:
+        return []
+    pooling = str(backbone.get("pooling", "cls"))
+    pooled = "hidden.mean(0)  # mean pooling" if pooling == "mean" else "hidden[0]  # the first token's state"
+    # the selector reads at most `max_length` tokens of `question SEP paragraph`, special tokens on top, within the
+    # backbone's positions
+    limit = f"min({int(settings['max_length'])} + tokenizer.num_special_tokens_to_add(), {int(backbone.get('max_length', 512))})"
+    return [
+        "The selector is not a stock sequence classifier (its head is a linear layer over the "
+        f"{'mean of the' if pooling == 'mean' else 'first'} token states, not BERT's pooler); its relevance score with "
+        "stock `transformers`:",
+        "",
+        "```python",
+        "import torch",
+        "from safetensors.torch import load_file",
+        "from transformers import AutoModel, AutoTokenizer",
+        "",
+        'folder = "path/to/this/folder/selector"',
+        'encoder = AutoModel.from_pretrained(f"{folder}/backbone").eval()',
+        'tokenizer = AutoTokenizer.from_pretrained(f"{folder}/backbone")',
+        'head = load_file(f"{folder}/model.safetensors")  # score_head.weight, score_head.bias',
+        "",
+        "",
+        "def relevance(question: str, paragraph: str) -> float:",
+        '    """How likely `paragraph` supports the answer to `question` (a logit: higher is likelier)."""',
+        '    text = " ".join(question.split()) + " SEP " + paragraph.strip()',
+        f'    tokens = tokenizer(text, truncation=True, max_length={limit}, return_tensors="pt")',
+        "    with torch.no_grad():",
+        "        hidden = encoder(**tokens).last_hidden_state[0]  # (tokens, hidden)",
+        f"    pooled = {pooled}",
+        '    return float(pooled @ head["score_head.weight"][0] + head["score_head.bias"][0])',
+        "```",
+        "",
+    ]

@@ -126,6 +126,7 @@ def write_stage(checkpoint: dict[str, Any], folder: Path) -> dict[str, Any]:
             entry["backbone"] = {"folder": f"{folder.name}/{BACKBONE_FOLDER}", **saved}
             held = {saved["prefix"] + key for key in _saved_keys(folder / BACKBONE_FOLDER)} | set(saved["tied"])
             rest = {key: tensor for key, tensor in weights.items() if key not in held}
+            entry["heads"] = sorted(rest)
         else:  # rebuilt from its package or hub model: its tokenizer beside the weights
             load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
     save_file({key: tensor.clone() for key, tensor in rest.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
@@ -135,7 +136,7 @@ def write_stage(checkpoint: dict[str, Any], folder: Path) -> dict[str, Any]:
         if rebuilt.keys() != weights.keys() or any(not torch.equal(rebuilt[k], weights[k]) for k in weights):
             shutil.rmtree(folder)  # not this module's layout after all: the whole module in one file
             folder.mkdir()
-            del entry["backbone"]
+            del entry["backbone"], entry["heads"]
             load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
             save_file({k: t.clone() for k, t in weights.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
             write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(hyperparameters)})

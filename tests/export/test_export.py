@@ -26,6 +26,7 @@ from tests.cli.test_score_run import (  # the shared tiny MuSiQue-Full SA run
     reading_only_the_export,
     trained_run,
 )
+from tests.conftest import SAMPLES
 
 
 @pytest.mark.slow
@@ -249,3 +250,38 @@ def test_a_backbone_that_does_not_round_trip_is_exported_whole(
     assert [(a.id, a.answer, a.confidence) for a in answers] == [
         (p["id"], p["predicted_answer"], p["predicted_answer_confidence"]) for p in predictions
     ]
+
+
+@pytest.mark.slow
+def test_the_cards_stock_selector_snippet_scores_as_the_selector(full_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The card's `relevance(question, paragraph)` (stock transformers, a few lines of torch), run as the card
+    prints it, gives the selector's own score on the selector's own features, a paragraph past its token limit
+    included."""
+    from musique_models.features.selector import featurize_selector
+    from musique_models.models.backbone import load_tokenizer
+    from musique_models.models.selector import load_selector
+
+    out = export_run(full_run, tmp_path / "export")
+    card = (out / "README.md").read_text()
+    snippet = card.split("its relevance score with stock `transformers`:\n\n```python\n")[1].split("```")[0]
+    namespace: dict = {}
+    exec(snippet.replace("path/to/this/folder", str(out)), namespace)  # noqa: S102 (the card's own code)
+
+    selector = load_selector(str(best_checkpoint(full_run, "selector"))).eval()
+    tokenizer = load_tokenizer(selector.hparams.backbone)
+    config = OmegaConf.load(full_run / "config.yaml")
+    room = min(config.model.selector.max_length, selector.hparams.backbone.max_length - 2)
+    record = json.loads((SAMPLES / "musique_ans" / "dev.jsonl").read_text().splitlines()[0])
+    question = "  Who founded   the city\twhere the author was born? "
+    paragraphs = [p["paragraph_text"] for p in record["paragraphs"][:3]] + [" long paragraph " * 400]
+    batch = {
+        "question": [question],
+        "paragraphs": [[{"idx": i, "text": text, "is_supporting": False} for i, text in enumerate(paragraphs)]],
+    }
+    features = featurize_selector(batch, [0], tokenizer, max_length=room)
+    assert max(len(ids) for ids in features["input_ids"]) == room + 2  # the long paragraph is clipped
+    for row, paragraph in enumerate(paragraphs):
+        tensors = {key: torch.tensor([features[key][row]]) for key in ("input_ids", "attention_mask", "token_type_ids")}
+        with torch.no_grad():
+            expected = float(selector(**tensors)[0])
+        assert namespace["relevance"](question, paragraph) == pytest.approx(expected, abs=1e-5)
