@@ -35,6 +35,7 @@ from musique_models.run_files import EXPORT_FILE, STAGE_FILE
 WEIGHTS_FILE = "model.safetensors"
 MODULE_FILE = "musique_models_module.json"
 BACKBONE_FOLDER = "backbone"
+PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")  # weights files that unpickle: never read from an export
 # where a module keeps its pretrained network: `self.encoder` (an encoder, `load_encoder`) or `self.model` (an
 # encoder-decoder, `load_seq2seq`, or a decoder-only LM, `load_causal_lm`)
 BACKBONE_ATTRIBUTES = ("encoder", "model")
@@ -210,9 +211,16 @@ def _stage_state_dict(export_dir: Path, entry: dict[str, Any]) -> dict[str, Any]
     backbone = entry.get("backbone")
     if backbone:
         folder = _inside(export_dir, backbone["folder"])
+        pickled = sorted(path.name for pattern in PICKLED for path in folder.glob(pattern))
+        if pickled or not any(folder.glob("*.safetensors")):
+            raise ExportFormatError(
+                f"{folder}: an export's network is read from safetensors only; found {', '.join(pickled) or 'none'}"
+            )
         for path in sorted(folder.glob("*.safetensors")):
             state.update({backbone["prefix"] + key: tensor for key, tensor in load_file(path).items()})
         for key, twin in backbone["tied"].items():
+            if twin not in state:
+                raise ExportFormatError(f"{export_dir}: {EXPORT_FILE} ties {key} to {twin}, which no file holds")
             state[key] = state[twin]
     return state
 
@@ -247,7 +255,9 @@ def read_export(export_dir: Path, folder: Path, cfg: DictConfig) -> Path:
             json.loads(_inside(export_dir, entry["module"]).read_text())["hyper_parameters"]
         )
         if entry.get("backbone"):
-            original = hyperparameters["backbone"]
+            original = hyperparameters.get("backbone")
+            if not isinstance(original, BackboneSpec):
+                raise ExportFormatError(f"{export_dir}: stage {stage!r} has a saved network but no BackboneSpec")
             hyperparameters["backbone"] = BackboneSpec(
                 name=original.name,
                 source="saved",

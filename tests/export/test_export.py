@@ -130,6 +130,12 @@ def test_an_export_that_names_another_class_or_a_path_outside_is_refused(full_ru
     (out / EXPORT_FILE).write_text(json.dumps(manifest))
     with pytest.raises(ApiInputError, match="outside the export"):
         load_run(out)
+    manifest["stages"]["selector"]["weights"] = "selector/model.safetensors"
+    (out / EXPORT_FILE).write_text(json.dumps(manifest))
+    # a network is read from safetensors only: a pickle beside it (which transformers would unpickle) is refused
+    (out / "selector" / "backbone" / "model.safetensors").rename(out / "selector" / "backbone" / "pytorch_model.bin")
+    with pytest.raises(ApiInputError, match="read from safetensors only; found pytorch_model.bin"):
+        load_run(out)
     with pytest.raises(SystemExit):  # an export is not exported again
         export_main([str(out), "--out", str(tmp_path / "again")])
 
