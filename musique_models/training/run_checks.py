@@ -37,6 +37,7 @@ from musique_models.training.provenance import (
     is_under,
     override_keys,
 )
+from musique_models.training.run_folder import check_output_dir
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def check_run_config(cfg: DictConfig, output_dir: Path) -> None:
         OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as error:
         raise RunConfigError(user_error_message(error) or " ".join(str(error).split())) from None
+    check_output_dir(cfg, output_dir)
     saved = output_dir / CONFIG_FILE
     restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     if cfg.get("ckpt_path") is None and restarts > 0:

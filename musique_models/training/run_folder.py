@@ -39,6 +39,17 @@ def run_dir(cfg: DictConfig) -> Path:
     return Path(cfg.paths.output_dir)
 
 
+def check_output_dir(cfg: DictConfig, output_dir: Path) -> None:
+    """Refuse a `paths.output_dir` other than the run folder `output_dir` (through Hydra, the run goes into Hydra's
+    folder, which it has made already: `hydra.run.dir=` chooses it)."""
+    asked = (cfg.get("paths") or {}).get("output_dir")
+    if asked is not None and Path(str(asked)).expanduser().resolve() != output_dir.resolve():
+        raise RunConfigError(
+            f"paths.output_dir={asked}: train.py writes a run into Hydra's run folder; choose it with "
+            f"hydra.run.dir={asked} instead"
+        )
+
+
 def start_run(cfg: DictConfig, output_dir: Path) -> None:
     """Write the run's `config.yaml` (its first attempt's: what every resume is checked against), then its status
     `running`: a folder that holds a status holds a config, except after a kill in between, which

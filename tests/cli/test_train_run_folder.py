@@ -148,6 +148,8 @@ def test_user_errors_are_one_line_and_exit_status_2(arguments: list[str], expect
     [
         (["+model.selector.bogus_key=1"], "error: model.selector.bogus_key: SelectorSettings has no such setting"),
         (["dataset.sample=false", "dataset.data_dir=/nowhere"], "error: MuSiQue-Ans v1.0 train file not found"),
+        # Hydra has made its folder already: a run folder asked for elsewhere would be ignored, so it is refused
+        (["paths.output_dir=/elsewhere"], "error: paths.output_dir=/elsewhere: train.py writes a run into Hydra's"),
     ],
 )
 def test_a_refused_run_never_imports_torch(arguments: list[str], expected: str, tmp_path: Path) -> None:
