@@ -18,6 +18,7 @@ and reading an export rebuilds no class but `BackboneSpec`.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,10 @@ from musique_models.run_files import (
     STATUS_FILE,
     check_run_folder,
 )
-from musique_models.runs.exported import reused_checkpoints, write_stage
+from musique_models.runs.exported import file_checksums, reused_checkpoints, write_stage
 
 INTERVALS_FILE = "metrics.intervals.json"
+log = logging.getLogger(__name__)
 
 
 class ExportError(MusiqueModelsError):
@@ -64,7 +66,10 @@ def export_run(run_dir: str | Path, out: str | Path) -> Path:
     """Write the export of the finished run in `run_dir` into `out` (created; refused when it holds anything):
     every trained stage's weights, hyperparameters and tokenizer, the run's config, provenance and metrics, and its
     model card. Written into a temporary folder beside `out`, renamed when complete (removed on a failure)."""
-    run_dir = check_run_folder(run_dir)
+    try:
+        run_dir = check_run_folder(run_dir)
+    except MusiqueModelsError as error:
+        raise ExportError(str(error).removeprefix("run=")) from None
     if (run_dir / EXPORT_FILE).exists():
         raise ExportError(f"{run_dir} is an export already: copy the folder instead")
     out = Path(out)
@@ -101,19 +106,36 @@ def _write_export(run_dir: Path, partial: Path) -> None:
     for key, checkpoint in reused_checkpoints(cfg).items():
         if not Path(checkpoint).expanduser().is_file():
             raise ExportError(f"{key}={checkpoint}: the reused stage's checkpoint is gone; the export needs it")
-        stage = "reused_" + key.rsplit(".", 1)[-1].removesuffix("_checkpoint")
+        stage = "reused_" + key.removeprefix("model.").removesuffix("_checkpoint").replace(".", "_")
         stages[stage] = write_stage(read(Path(checkpoint).expanduser()), partial / stage)
         reused[key] = stage
     # what the recipe builds from its config rather than reads from a stage (a prompted LLM), saved as a stage
-    untrained = getattr(instantiate_recipe(cfg), "untrained_modules", None) if cfg.get("model") else None
+    recipe_cfg = cfg.copy()
+    if recipe_cfg.get("model") and "engine" in recipe_cfg.model:
+        recipe_cfg.model.engine = "hf"  # an export generates nothing: vLLM, where the run used it, is not needed
+    untrained = getattr(instantiate_recipe(recipe_cfg), "untrained_modules", None) if cfg.get("model") else None
     for stage, module in (untrained(cfg, run_dir) if untrained else {}).items():
         checkpoint = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
-        stages[stage] = write_stage(checkpoint, partial / stage)
+        stages[stage] = {**write_stage(checkpoint, partial / stage), "untrained": True}
     # the run's files, and what a recipe's `load` reads beside the checkpoints (a prompted LLM's exemplars)
     for name in (CONFIG_FILE, PROVENANCE_FILE, METRICS_FILE, INTERVALS_FILE, EXEMPLARS_FILE):
         if (run_dir / name).exists():
             shutil.copy2(run_dir / name, partial / name)
     write_json(partial / STATUS_FILE, {"status": "finished"})
-    manifest = {"musique_models": __version__, "source": run_dir.name, "stages": stages, "reused": reused}
+    for stage, entry in stages.items():
+        if entry.get("whole"):
+            log.warning(
+                "stage %s is exported whole: its network does not round-trip through save_pretrained (a LoRA "
+                "adapter, or a module that keeps it elsewhere), so loading the export reads its base model from its "
+                "package or the hub",
+                stage,
+            )
+    manifest = {
+        "musique_models": __version__,
+        "source": run_dir.name,
+        "stages": stages,
+        "reused": reused,
+        "files": file_checksums(partial),
+    }
     write_json(partial / EXPORT_FILE, manifest)
     (partial / "README.md").write_text(model_card(run_dir, stages), encoding="utf-8")

@@ -109,6 +109,20 @@ def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
         rows.append(f"| {name} | {text} |")
     count = metrics.get("count")
     trained_on = "the shipped sample" if sample else "its official files"
+    untrained = bool(stages) and all(entry.get("untrained") for entry in stages.values())
+    model_settings = config.get("model") or {}
+    if untrained:  # a prompted model: nothing was trained, its exemplars come from the training split
+        data_line = (
+            f"- dataset: {display} ({trained_on}); nothing trained: the model is prompted, with "
+            f"{model_settings.get('shots', 0)} exemplars drawn from the training split with seed {config.get('seed')};"
+        )
+    else:
+        data_line = (
+            f"- dataset: {display} ({trained_on}), training questions capped at {dataset.get('train_size')}, seed "
+            f"{config.get('seed')};"
+        )
+    one_step = bool((config.get("trainer") or {}).get("fast_dev_run"))
+    whole = sorted(stage for stage, entry in stages.items() if entry.get("whole"))
     lines = [
         "---",
         yaml.safe_dump(front, sort_keys=False, allow_unicode=True).strip(),
@@ -127,8 +141,7 @@ def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
         "",
         "## Training data and settings",
         "",
-        f"- dataset: {display} ({trained_on}), training questions capped at {dataset.get('train_size')}, seed "
-        f"{config.get('seed')};",
+        data_line,
         f"- stages exported: {', '.join(sorted(stages)) or 'none (the model trains nothing)'};",
         f"- musique-models {(provenance.get('versions') or {}).get('musique-models', '?')}, code "
         f"{(provenance.get('code') or {}).get('commit', '?')}; every setting is in `config.yaml`.",
@@ -144,6 +157,11 @@ def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
         *rows,
         "",
     ]
+    if one_step:
+        lines += [
+            "Trained with `trainer.fast_dev_run` (one batch per stage): a check that the pipeline runs, not a model.",
+            "",
+        ]
     if sample:
         lines += [
             "These figures come from the shipped sample (a few hundred questions at most): a pipeline check, not a "
@@ -170,19 +188,22 @@ def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
     networks = {stage: entry["backbone"] for stage, entry in sorted(stages.items()) if entry.get("backbone")}
     if networks:
         lines += [
-            "Each stage's pretrained network, as trained, is a stock `transformers` model (its task heads, in "
-            "`<stage>/model.safetensors`, are musique-models'; the tokenizer is the backbone's own, without the "
-            "markers the module adds; an encoder's pooler, which no module uses, is not saved, and transformers says "
-            "it initialised one):",
+            f"Each stage's pretrained network, {'as used' if untrained else 'as trained'}, is a stock `transformers` "
+            "model (its task heads, in `<stage>/model.safetensors`, are musique-models'; the tokenizer is the "
+            "backbone's own, without the markers the module adds; an encoder's pooler, which no module uses, is not "
+            "saved):",
             "",
             "```python",
             f"from transformers import {', '.join(sorted({STOCK_CLASSES[n['kind']] for n in networks.values()}))}",
             "",
-            *(
-                f'{stage} = {STOCK_CLASSES[network["kind"]]}.from_pretrained("path/to/this/folder/{network["folder"]}")'
-                for stage, network in networks.items()
-            ),
+            *(f"{stage} = {stock_loading(network)}" for stage, network in networks.items()),
             "```",
+            "",
+        ]
+    if whole:
+        lines += [
+            f"Exported whole (every weight in `model.safetensors`): {', '.join(whole)}. Loading reads the base model "
+            "its backbone names from its package or the Hugging Face Hub.",
             "",
         ]
     lines += _selector_with_stock_transformers(config, stages)
@@ -190,6 +211,13 @@ def model_card(run_dir: Path, stages: dict[str, Any]) -> str:
 
 
 SCORE_HEAD = ["score_head.bias", "score_head.weight"]  # `ParagraphSelector`'s one head
+
+
+def stock_loading(network: dict[str, Any], path: str | None = None) -> str:
+    """The stock `transformers` call that loads a saved network (`path`: the Python expression of its folder)."""
+    path = path or f'"path/to/this/folder/{network["folder"]}"'
+    pooler = ", add_pooling_layer=False" if network.get("without_pooler") else ""  # no pooler saved: none built
+    return f"{STOCK_CLASSES[network['kind']]}.from_pretrained({path}{pooler})"
 
 
 def _selector_with_stock_transformers(config: dict[str, Any], stages: dict[str, Any]) -> list[str]:
@@ -216,7 +244,7 @@ def _selector_with_stock_transformers(config: dict[str, Any], stages: dict[str, 
         "from transformers import AutoModel, AutoTokenizer",
         "",
         'folder = "path/to/this/folder/selector"',
-        'encoder = AutoModel.from_pretrained(f"{folder}/backbone").eval()',
+        "encoder = " + stock_loading(entry["backbone"], 'f"{folder}/backbone"') + ".eval()",
         'tokenizer = AutoTokenizer.from_pretrained(f"{folder}/backbone")',
         'head = load_file(f"{folder}/model.safetensors")  # score_head.weight, score_head.bias',
         "",

@@ -17,6 +17,7 @@ Bad input is one `ApiInputError` (a `MusiqueModelsError`) that says what is wron
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,11 +35,14 @@ from musique_models.run_files import (
     EXPORT_FILE,
     PROVENANCE_FILE,
     RANKING_FILE,
+    STAGE_FILE,
     STEPS_FILE,
     check_run_folder,
     declared_side_files,
 )
-from musique_models.runs.exported import ExportFormatError, read_export
+from musique_models.runs.exported import MODULE_FILE, ExportFormatError, read_export
+
+log = logging.getLogger(__name__)
 
 # The dataset name user questions carry in the schema (no dataset's files hold them).
 USER_DATASET = "user"
@@ -85,6 +89,8 @@ class RunPredictor:
     def predict_batch(self, items: Iterable[Sequence[Any] | dict[str, Any]]) -> list[Answer]:
         """Answers to many questions in one batched pass: each item is `(question, paragraphs)` or
         `(question, paragraphs, id)`, or a dict with `question`, `paragraphs` and optionally `id`."""
+        if isinstance(items, tuple) and items and isinstance(items[0], str):
+            raise ApiInputError("predict_batch takes a list of (question, paragraphs) items; for one, use predict")
         examples = [_user_example(position, item) for position, item in enumerate(items)]
         ids = [example.id for example in examples]
         if not examples:
@@ -98,6 +104,8 @@ class RunPredictor:
         """Answers to records in a supported dataset's own layout (MuSiQue, HotpotQA, 2WikiMultihopQA: as their
         files hold them, labelled or as the official test files, without labels), in order. The labels, when present,
         are read as `evaluate.py run=` reads them (a Step Execution run with `decomposition=gold` follows them)."""
+        if isinstance(records, dict):
+            raise ApiInputError("predict_records takes a list of records; got one record (a dict): pass [record]")
         examples = []
         for position, record in enumerate(records):
             if not isinstance(record, dict):
@@ -148,12 +156,17 @@ class RunPredictor:
         return answers
 
 
-def load_run(run_dir: str | Path, device: str | None = None) -> RunPredictor:
+def load_run(run_dir: str | Path, device: str | None = None, trust_code: bool = False) -> RunPredictor:
     """The finished run (or export) in `run_dir`, every stage's best weights loaded once (nothing trains), on
     `device` (`cpu` or `cuda`; default: the run's trainer's, a GPU when there is one; `cuda` without one runs on the
     CPU). `ApiInputError` for a folder that is not a finished run, or a run made by another major.minor version of
-    musique-models (a run made before runs recorded their version is loaded)."""
+    musique-models (a run made before runs recorded their version is loaded).
+
+    An export is checked before anything in it is used: every file against its checksum, and its config may name
+    only classes that musique-models' own configs name, and no model code (`trust_remote_code`); `trust_code=True`
+    lifts the second check for an export whose code you trust (a recipe of your own, outside the package)."""
     from musique_models.recipes.build import instantiate_recipe
+    from musique_models.training.stage import StageNotFinishedError
 
     try:
         run_dir = check_run_folder(run_dir)
@@ -161,6 +174,8 @@ def load_run(run_dir: str | Path, device: str | None = None) -> RunPredictor:
         raise ApiInputError(str(error).removeprefix("run=")) from None
     if device is not None and device not in DEVICES:
         raise ApiInputError(f"device={device!r}: expected one of {', '.join(DEVICES)}")
+    if (run_dir / EXPORT_FILE).exists() is False and any(run_dir.glob(f"*/{MODULE_FILE}")):
+        raise ApiInputError(f"{run_dir}: an export without its {EXPORT_FILE}; copy the whole folder, or export again")
     made_by = _version_of(run_dir)
     if made_by is not None and made_by.split(".")[:2] != musique_models.__version__.split(".")[:2]:
         raise ApiInputError(
@@ -173,14 +188,25 @@ def load_run(run_dir: str | Path, device: str | None = None) -> RunPredictor:
     if device is not None:
         with open_dict(cfg):
             cfg.trainer.accelerator = "gpu" if device == "cuda" else "cpu"
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                log.warning("device=cuda: this machine has no GPU; %s loads on the CPU", run_dir)
     if not (run_dir / EXPORT_FILE).exists():
         return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, run_dir))
     with tempfile.TemporaryDirectory(prefix="musique-models-export-") as folder:  # only while the stages load
         try:
-            laid_out = read_export(run_dir, Path(folder), cfg)
+            laid_out = read_export(run_dir, Path(folder), cfg, trust_code)
+            return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, laid_out))
         except ExportFormatError as error:
             raise ApiInputError(str(error)) from None
-        return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, laid_out))
+        except StageNotFinishedError:
+            held = ", ".join(sorted(path.parent.name for path in Path(folder).glob(f"*/{STAGE_FILE}"))) or "none"
+            raise ApiInputError(
+                f"{run_dir}: an incomplete export: model={cfg.model_name} needs a stage its {EXPORT_FILE} does not "
+                f"list (it lists: {held}); export the run again"
+            ) from None
 
 
 def _version_of(run_dir: Path) -> str | None:

@@ -20,6 +20,7 @@ rebuilt from its backbone's package or hub model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import shutil
@@ -29,7 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from musique_models.errors import MusiqueModelsError
-from musique_models.io import write_json
+from musique_models.io import file_sha256, write_json
 from musique_models.run_files import EXPORT_FILE, STAGE_FILE
 
 WEIGHTS_FILE = "model.safetensors"
@@ -104,7 +105,7 @@ def reused_checkpoints(cfg: DictConfig) -> dict[str, str]:
 
 def write_stage(checkpoint: dict[str, Any], folder: Path) -> dict[str, Any]:
     """Write the stage whose checkpoint (`state_dict`, `hyper_parameters`) is `checkpoint` into `folder` (made); its
-    entry in `export.json`.
+    entry in `export.json` (`whole`: the module in one file, its network read from its package or hub on load).
 
     The backbone goes to `backbone/` through `save_pretrained`; `model.safetensors` keeps the weights that folder
     does not hold. Before anything is relied on, the module's whole state dict is rebuilt from the files written and
@@ -130,14 +131,16 @@ def write_stage(checkpoint: dict[str, Any], folder: Path) -> dict[str, Any]:
             entry["heads"] = sorted(rest)
         else:  # rebuilt from its package or hub model: its tokenizer beside the weights
             load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
+            entry["whole"] = True
     save_file({key: tensor.clone() for key, tensor in rest.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
     write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(hyperparameters)})
     if "backbone" in entry:
         rebuilt = _stage_state_dict(folder.parent, entry)
-        if rebuilt.keys() != weights.keys() or any(not torch.equal(rebuilt[k], weights[k]) for k in weights):
+        if rebuilt.keys() != weights.keys() or any(not _same(rebuilt[k], weights[k], torch) for k in weights):
             shutil.rmtree(folder)  # not this module's layout after all: the whole module in one file
             folder.mkdir()
             del entry["backbone"], entry["heads"]
+            entry["whole"] = True
             load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
             save_file({k: t.clone() for k, t in weights.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
             write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(hyperparameters)})
@@ -172,20 +175,28 @@ def _save_backbone(backbone: Any, vocab_size: int, weights: dict[str, Any], fold
     missing, unexpected = network.load_state_dict(own, strict=False)
     if unexpected or missing:
         return None  # not the network the loader builds
+    # an encoder whose architecture has a pooler the modules dropped (`load_encoder`): stock loading says
+    # `add_pooling_layer=False`
+    without_pooler = hasattr(network, "pooler") and network.pooler is None
     network.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     on_disk = _saved_keys(folder)
-    by_storage = {own[key].untyped_storage().data_ptr(): key for key in on_disk if key in own}
+    by_storage = {_view(own[key]): key for key in on_disk if key in own}
     tied = {}
     for key, tensor in own.items():
         if key in on_disk:
             continue
-        twin = by_storage.get(tensor.untyped_storage().data_ptr())
+        twin = by_storage.get(_view(tensor))
         if twin is None:
             twin = next((k for k in on_disk if k in own and _same(own[k], tensor, torch)), None)
         if twin is not None:
             tied[prefix + key] = prefix + twin
-    return {"prefix": prefix, "kind": kind, "tied": tied}
+    return {"prefix": prefix, "kind": kind, "tied": tied, **({"without_pooler": True} if without_pooler else {})}
+
+
+def _view(tensor: Any) -> tuple[Any, ...]:
+    """What makes two tensors one weight: the same storage, seen at the same place the same way."""
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
 
 
 def _same(left: Any, right: Any, torch: Any) -> bool:
@@ -234,45 +245,187 @@ def _inside(export_dir: Path, relative: str) -> Path:
     return path
 
 
-def read_export(export_dir: Path, folder: Path, cfg: DictConfig) -> Path:
-    """The export in `export_dir` laid out in `folder` as the run folder its recipe's `load` reads (every stage's
-    weights and hyperparameters as its best checkpoint, beside the run's own files); `cfg` (the run's config) is
-    pointed at the reused stages the export holds. A saved backbone is read from `export_dir` itself."""
+KINDS = ("encoder", "seq2seq_lm", "causal_lm")  # a saved network's kind (the stock class that loads it)
+UNCHECKED = ("README.md",)  # a model card may be edited before it is pushed; every other file is checksummed
+
+
+def file_checksums(export_dir: Path) -> dict[str, str]:
+    """The sha256 of every file of an export (but `export.json` and the model card), by path inside it."""
+    return {
+        path.relative_to(export_dir).as_posix(): file_sha256(path)
+        for path in sorted(export_dir.rglob("*"))
+        if path.is_file() and path.name != EXPORT_FILE and path.relative_to(export_dir).as_posix() not in UNCHECKED
+    }
+
+
+def read_manifest(export_dir: Path) -> dict[str, Any]:
+    """`export.json`, its layout checked: one `ExportFormatError` naming the file and the field otherwise."""
+    path = export_dir / EXPORT_FILE
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ExportFormatError(f"{path}: not readable as JSON ({error})") from None
+
+    def fail(field: str, expected: str) -> None:
+        raise ExportFormatError(f"{path}: `{field}` must be {expected}")
+
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("stages"), dict):
+        fail("stages", "an object of stages")
+    for stage, entry in manifest["stages"].items():
+        if not str(stage).isidentifier() or not isinstance(entry, dict):
+            fail(f"stages.{stage}", "an object, under a stage name")
+        for key in ("weights", "module"):
+            if not isinstance(entry.get(key), str):
+                fail(f"stages.{stage}.{key}", "a path inside the export")
+        network = entry.get("backbone")
+        if network is None:
+            continue
+        prefixes = [f"{attribute}." for attribute in BACKBONE_ATTRIBUTES]
+        if not isinstance(network, dict) or not isinstance(network.get("folder"), str):
+            fail(f"stages.{stage}.backbone.folder", "a path inside the export")
+        if network.get("prefix") not in prefixes:
+            fail(f"stages.{stage}.backbone.prefix", f"one of {', '.join(prefixes)}")
+        if network.get("kind") not in KINDS:
+            fail(f"stages.{stage}.backbone.kind", f"one of {', '.join(KINDS)}")
+        tied = network.get("tied")
+        if not isinstance(tied, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tied.items()):
+            fail(f"stages.{stage}.backbone.tied", "an object of weight names")
+    for key in ("reused", "files"):
+        value = manifest.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            fail(key, "an object of strings")
+    return manifest
+
+
+def check_files(export_dir: Path, manifest: dict[str, Any]) -> None:
+    """Every file `export.json` lists is there with its checksum: a missing, truncated or changed file is one
+    `ExportFormatError` naming it."""
+    for relative, expected in manifest.get("files", {}).items():
+        path = _inside(export_dir, relative)
+        if file_sha256(path) != expected:
+            raise ExportFormatError(
+                f"{path}: not the file the export wrote (its sha256 differs from {EXPORT_FILE}'s): changed or "
+                "truncated since; export the run again"
+            )
+
+
+# Settings that would make transformers run code that came with a model: never taken from an export.
+CODE_SETTINGS = ("trust_remote_code", "code_revision")
+
+
+@functools.cache
+def shipped_targets() -> frozenset[str]:
+    """Every `_target_` the package's own configs (`conf/`) name: the only classes an export's config may name."""
+    import yaml
+
+    from musique_models import PROJECT_ROOT
+
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("_target_"), str):
+                found.add(node["_target_"])
+            for item in node.values():
+                walk(item)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for path in sorted((PROJECT_ROOT / "conf").rglob("*.yaml")):
+        walk(yaml.safe_load(path.read_text()))
+    return frozenset(found)
+
+
+def check_config(cfg: DictConfig, manifest: dict[str, Any], export_dir: Path) -> None:
+    """What an export's `config.yaml` may ask of the machine that loads it: classes the shipped configs name, no
+    model code (`trust_remote_code`), no checkpoint outside the export. One `ExportFormatError` otherwise."""
+    allowed = shipped_targets()
+    reused = set(manifest.get("reused", {}))
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            target = node.get("_target_")
+            if target is not None and target not in allowed:
+                raise ExportFormatError(
+                    f"{export_dir}/config.yaml: {key or 'the config'} names {target}, which no config of "
+                    "musique-models names; load_run(..., trust_code=True) loads an export whose code you trust"
+                )
+            for name, item in node.items():
+                path = f"{key}.{name}" if key else str(name)
+                if str(name) in CODE_SETTINGS and item:
+                    raise ExportFormatError(f"{export_dir}/config.yaml: {path} would run a model's own code")
+                if str(name).endswith("_checkpoint") and isinstance(item, str) and item and path not in reused:
+                    raise ExportFormatError(f"{export_dir}/config.yaml: {path}={item} is outside the export")
+                walk(item, path)
+        elif isinstance(node, list):
+            for position, item in enumerate(node):
+                walk(item, f"{key}[{position}]")
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+
+
+def _stage_checkpoint(export_dir: Path, stage: str, entry: dict[str, Any], trust_code: bool) -> dict[str, Any]:
+    """One stage of an export as the checkpoint its module loads from: hyperparameters (a saved network's
+    `BackboneSpec` pointed at its folder) and the whole state dict."""
     import pytorch_lightning as pl
-    import torch
 
     from musique_models.models.backbone import BackboneSpec
 
-    manifest = json.loads((export_dir / EXPORT_FILE).read_text())
+    hyperparameters = decode_hyperparameters(
+        json.loads(_inside(export_dir, entry["module"]).read_text())["hyper_parameters"]
+    )
+    original = hyperparameters.get("backbone")
+    if entry.get("backbone"):
+        if not isinstance(original, BackboneSpec):
+            raise ExportFormatError(f"{export_dir}: stage {stage!r} has a saved network but no BackboneSpec")
+        folder = _inside(export_dir, entry["backbone"]["folder"])
+        if not (folder / "config.json").is_file():
+            raise ExportFormatError(f"{folder}: no config.json (an incomplete copy of the export?)")
+        hyperparameters["backbone"] = BackboneSpec(
+            name=original.name,
+            source="saved",
+            path=str(folder.resolve()),
+            max_length=original.max_length,
+            pooling=original.pooling,
+            learning_rate=original.learning_rate,
+            attention_window=original.attention_window,
+            causal=original.causal,
+        )
+    elif isinstance(original, BackboneSpec) and not trust_code:
+        for spec in (original, original.tokenizer_from, original.convert_from):
+            if spec is not None and any(spec.config_overrides.get(name) for name in CODE_SETTINGS):
+                raise ExportFormatError(f"{export_dir}: stage {stage!r}'s backbone would run a model's own code")
+    return {
+        "state_dict": _stage_state_dict(export_dir, entry),
+        "hyper_parameters": hyperparameters,
+        "pytorch-lightning_version": pl.__version__,
+    }
+
+
+def read_export(export_dir: Path, folder: Path, cfg: DictConfig, trust_code: bool = False) -> Path:
+    """The export in `export_dir` laid out in `folder` as the run folder its recipe's `load` reads (every stage's
+    weights and hyperparameters as its best checkpoint, beside the run's own files); `cfg` (the run's config) is
+    pointed at the reused stages the export holds. A saved backbone is read from `export_dir` itself."""
+    import torch
+    from safetensors import SafetensorError
+
+    manifest = read_manifest(export_dir)
+    check_files(export_dir, manifest)
+    if not trust_code:
+        check_config(cfg, manifest, export_dir)
     for path in export_dir.iterdir():
         if path.is_file():
             shutil.copy2(path, folder / path.name)
     reused = manifest.get("reused", {})
-    for stage, entry in manifest.get("stages", {}).items():
-        if not str(stage).isidentifier():
-            raise ExportFormatError(f"{export_dir}: {EXPORT_FILE} names stage {stage!r}")
-        hyperparameters = decode_hyperparameters(
-            json.loads(_inside(export_dir, entry["module"]).read_text())["hyper_parameters"]
-        )
-        if entry.get("backbone"):
-            original = hyperparameters.get("backbone")
-            if not isinstance(original, BackboneSpec):
-                raise ExportFormatError(f"{export_dir}: stage {stage!r} has a saved network but no BackboneSpec")
-            hyperparameters["backbone"] = BackboneSpec(
-                name=original.name,
-                source="saved",
-                path=str(_inside(export_dir, entry["backbone"]["folder"]).resolve()),
-                max_length=original.max_length,
-                pooling=original.pooling,
-                learning_rate=original.learning_rate,
-                attention_window=original.attention_window,
-                causal=original.causal,
-            )
-        checkpoint = {
-            "state_dict": _stage_state_dict(export_dir, entry),
-            "hyper_parameters": hyperparameters,
-            "pytorch-lightning_version": pl.__version__,
-        }
+    for stage, entry in manifest["stages"].items():
+        try:
+            checkpoint = _stage_checkpoint(export_dir, stage, entry, trust_code)
+        except ExportFormatError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as error:
+            reason = " ".join(str(error).split())[:200] or type(error).__name__
+            raise ExportFormatError(f"{export_dir}: stage {stage!r} cannot be read ({reason})") from None
         checkpoints = folder / stage / "checkpoints"
         checkpoints.mkdir(parents=True)
         torch.save(checkpoint, checkpoints / "best.ckpt")

@@ -14,6 +14,7 @@ from unittest import mock
 
 import pytest
 import pytorch_lightning as pl
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -380,7 +381,7 @@ def test_a_run_folder_that_does_not_exist_is_refused_before_torch_loads(tmp_path
 
 @pytest.mark.slow
 def test_the_python_api_answers_plain_questions_and_refuses_bad_input_in_one_line(
-    full_run: Path, tmp_path: Path
+    full_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = load_run(full_run, device="cpu")
     paragraphs = [{"title": "Rome", "text": "Rome was founded by Romulus."}, "Paris is the capital of France."]
@@ -410,6 +411,8 @@ def test_the_python_api_answers_plain_questions_and_refuses_bad_input_in_one_lin
         (lambda: model.predict_batch([]), "no questions to answer"),
         (lambda: model.predict_batch([("a", paragraphs, "x"), ("b", paragraphs, "x")]), "ids given twice: x"),
         (lambda: load_run(full_run, device="tpu"), "device='tpu': expected one of cpu, cuda"),
+        (lambda: model.predict_records({"id": "x"}), "takes a list of records; got one record (a dict): pass [record]"),
+        (lambda: model.predict_batch(("q", paragraphs)), "takes a list of (question, paragraphs) items; for one, use"),
     ]
     for call, message in bad:
         with pytest.raises(ApiInputError, match=re.escape(message)):
@@ -427,6 +430,10 @@ def test_the_python_api_answers_plain_questions_and_refuses_bad_input_in_one_lin
     (other / "provenance.json").write_text(json.dumps(provenance))
     with pytest.raises(ApiInputError, match="made by musique-models 9.9.0, this is 0.1.0"):
         load_run(other)
+    if not torch.cuda.is_available():  # cuda asked for on a machine without a GPU: said, then loaded on the CPU
+        with caplog.at_level("WARNING", logger="musique_models.runs.api"):
+            assert load_run(full_run, device="cuda").predict("Who founded Rome?", paragraphs).answer == one.answer
+        assert "device=cuda: this machine has no GPU" in caplog.text
 
 
 @pytest.mark.slow

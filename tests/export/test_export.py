@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 from musique_models.export import ExportError, export_run
 from musique_models.export.__main__ import main as export_main
 from musique_models.run_files import EXPORT_FILE, STAGE_FILE
-from musique_models.runs.api import load_run
+from musique_models.runs.api import ApiInputError, load_run
+from musique_models.runs.exported import file_checksums
 from tests.cli.test_score_run import (  # the shared tiny MuSiQue-Full SA run
     QUESTIONS,
     full_run,  # noqa: F401
@@ -61,7 +62,10 @@ def test_the_export_holds_every_stage_and_a_hub_model_card(full_run: Path, tmp_p
     for heading in ("## Intended use", "## Training data and settings", "## Evaluation", "## How to load it"):
         assert heading in card
     assert "a pipeline check, not a result" in card  # trained on the shipped sample, and it says so
-    assert 'selector = AutoModel.from_pretrained("path/to/this/folder/selector/backbone")' in card
+    assert (
+        'selector = AutoModel.from_pretrained("path/to/this/folder/selector/backbone", add_pooling_layer=False)' in card
+    )
+    assert "Trained with `trainer.fast_dev_run`" in card and "training questions capped at 6" in card
 
 
 @pytest.mark.slow
@@ -113,31 +117,119 @@ def test_push_to_hub_makes_the_repository_and_uploads_the_folder(
     assert "pushed to https://huggingface.co/me/sa-tiny" in capsys.readouterr().out
 
 
-@pytest.mark.slow
-def test_an_export_that_names_another_class_or_a_path_outside_is_refused(full_run: Path, tmp_path: Path) -> None:  # noqa: F811
-    from musique_models.runs.api import ApiInputError, load_run
+def crafted(out: Path, change: dict | None = None) -> None:
+    """Edit an export's `export.json` (`change`: keys to set) and recompute its checksums, as someone crafting an
+    export would: what is refused then is refused for what it asks, not for a checksum."""
+    manifest = json.loads((out / EXPORT_FILE).read_text())
+    manifest.update(change or {})
+    manifest["files"] = file_checksums(out)
+    (out / EXPORT_FILE).write_text(json.dumps(manifest))
 
+
+@pytest.mark.slow
+def test_a_crafted_export_runs_no_code_and_reads_nothing_outside(full_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    """An export from elsewhere, checksums and all: a module file naming another class, a path outside, a pickle, a
+    config naming a class no shipped config names, model code (`trust_remote_code`) or a checkpoint outside are each
+    refused in one line before anything is built; `trust_code=True` lifts the config check."""
     out = export_run(full_run, tmp_path / "export")
+    original = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+
+    def restore() -> None:
+        for path, content in original.items():
+            path.write_bytes(content)
+
     module = out / "selector" / "musique_models_module.json"
-    saved = module.read_text()
     hostile = {"__dataclass__": "musique_models.recipes.build.instantiate_recipe", "fields": {"cfg": {}}}
     module.write_text(json.dumps({"hyper_parameters": {"backbone": hostile}}))
+    crafted(out)
     with pytest.raises(ApiInputError, match="an export may name only musique_models.models.backbone.BackboneSpec"):
         load_run(out)
-    module.write_text(saved)
-    manifest = json.loads((out / EXPORT_FILE).read_text())
-    manifest["stages"]["selector"]["weights"] = "../../elsewhere.safetensors"
-    (out / EXPORT_FILE).write_text(json.dumps(manifest))
+    restore()
+    stages = json.loads((out / EXPORT_FILE).read_text())["stages"]
+    crafted(out, {"stages": {**stages, "selector": {**stages["selector"], "weights": "../../elsewhere.safetensors"}}})
     with pytest.raises(ApiInputError, match="outside the export"):
         load_run(out)
-    manifest["stages"]["selector"]["weights"] = "selector/model.safetensors"
-    (out / EXPORT_FILE).write_text(json.dumps(manifest))
+    restore()
     # a network is read from safetensors only: a pickle beside it (which transformers would unpickle) is refused
     (out / "selector" / "backbone" / "model.safetensors").rename(out / "selector" / "backbone" / "pytorch_model.bin")
+    crafted(out)
     with pytest.raises(ApiInputError, match="read from safetensors only; found pytorch_model.bin"):
         load_run(out)
+    (out / "selector" / "backbone" / "pytorch_model.bin").rename(out / "selector" / "backbone" / "model.safetensors")
+    restore()
+
+    config = OmegaConf.load(out / "config.yaml")
+    for key, value, refusal in [
+        ("extra", {"_target_": "logging.FileHandler", "filename": str(tmp_path / "x")}, "names logging.FileHandler"),
+        ("model.selector.backbone.config_overrides", {"trust_remote_code": True}, "would run a model's own code"),
+        ("model.selector_checkpoint", str(tmp_path / "other.ckpt"), "is outside the export"),
+    ]:
+        changed = config.copy()
+        OmegaConf.update(changed, key, value, force_add=True, merge=False)
+        OmegaConf.save(changed, out / "config.yaml")
+        crafted(out)
+        with pytest.raises(ApiInputError, match=refusal):
+            load_run(out)
+        assert not (tmp_path / "x").exists()  # nothing was built
+    # a config naming a harmless class of the user's own loads when the user says they trust it
+    changed = config.copy()
+    OmegaConf.update(changed, "extra", {"_target_": "collections.OrderedDict"}, force_add=True)
+    OmegaConf.save(changed, out / "config.yaml")
+    crafted(out)
+    with pytest.raises(ApiInputError, match="trust_code=True"):
+        load_run(out)
+    assert load_run(out, trust_code=True).predict("Who?", ["A paragraph."]).id == "q0"
+    restore()
     with pytest.raises(SystemExit):  # an export is not exported again
         export_main([str(out), "--out", str(tmp_path / "again")])
+
+
+@pytest.mark.slow
+def test_a_damaged_export_is_one_line_naming_what_is_wrong(full_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    """A file changed, truncated or missing since the export (its checksum in export.json), an export.json that is
+    not JSON or not an export's, a stage left out of it, or no export.json at all: one `ApiInputError` each."""
+    out = export_run(full_run, tmp_path / "export")
+    original = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+
+    def restore() -> None:
+        for path, content in original.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+
+    heads = out / "answerer" / "model.safetensors"
+    flipped = bytearray(heads.read_bytes())
+    flipped[-1] ^= 1
+    heads.write_bytes(bytes(flipped))
+    with pytest.raises(ApiInputError, match=r"answerer/model.safetensors: not the file the export wrote"):
+        load_run(out)
+    restore()
+    config_json = out / "selector" / "backbone" / "config.json"
+    config_json.write_text(config_json.read_text()[:40])  # truncated
+    with pytest.raises(ApiInputError, match="selector/backbone/config.json: not the file the export wrote"):
+        load_run(out)
+    restore()
+    (out / "answerer" / "backbone" / "tokenizer.json").unlink()
+    with pytest.raises(ApiInputError, match="answerer/backbone/tokenizer.json is missing"):
+        load_run(out)
+    restore()
+    (out / EXPORT_FILE).write_text("{stages: ")
+    with pytest.raises(ApiInputError, match="export.json: not readable as JSON"):
+        load_run(out)
+    (out / EXPORT_FILE).write_text(json.dumps({"stages": []}))
+    with pytest.raises(ApiInputError, match="`stages` must be an object of stages"):
+        load_run(out)
+    manifest = json.loads(original[out / EXPORT_FILE])
+    del manifest["stages"]["selector"]
+    (out / EXPORT_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(
+        ApiInputError, match=r"an incomplete export: model=select_answer needs a stage .*lists: answerer"
+    ):
+        load_run(out)
+    (out / EXPORT_FILE).unlink()
+    with pytest.raises(ApiInputError, match="an export without its export.json"):
+        load_run(out)
+    restore()
+    assert load_run(out).predict("Who?", ["A paragraph."]).answerable in (True, False)  # whole again: it loads
 
 
 @pytest.mark.slow
@@ -147,12 +239,12 @@ def test_an_encoder_stage_loads_with_stock_transformers(full_run: Path, tmp_path
     out = export_run(full_run, tmp_path / "export")
     manifest = json.loads((out / EXPORT_FILE).read_text())
     assert manifest["stages"]["selector"]["backbone"]["folder"] == "selector/backbone"
-    encoder = AutoModel.from_pretrained(out / "selector" / "backbone").eval()
+    encoder = AutoModel.from_pretrained(out / "selector" / "backbone", add_pooling_layer=False).eval()
     tokenizer = AutoTokenizer.from_pretrained(out / "selector" / "backbone")
     trained = torch.load(best_checkpoint(full_run, "selector"), map_location="cpu", weights_only=False)["state_dict"]
     state = encoder.state_dict()
     encoder_weights = {key.removeprefix("encoder."): t for key, t in trained.items() if key.startswith("encoder.")}
-    assert encoder_weights
+    assert encoder_weights and sorted(encoder_weights) == sorted(state)  # nothing newly initialised, nothing left
     for key, tensor in encoder_weights.items():  # every trained encoder weight, as stock transformers reads it
         assert torch.equal(state[key], tensor), key
     with torch.no_grad():
@@ -250,6 +342,9 @@ def test_a_backbone_that_does_not_round_trip_is_exported_whole(
         trained = torch.load(best_checkpoint(full_run, stage), map_location="cpu", weights_only=False)["state_dict"]
         whole = load_file(out / stage / "model.safetensors")
         assert sorted(whole) == sorted(trained) and not (out / stage / "backbone").exists()
+    assert all(entry["whole"] for entry in manifest["stages"].values())
+    with pytest.raises(pytest.fail.Exception, match="read a backbone outside the export"), reading_only_the_export():
+        load_run(out, device="cpu")  # the guard the contract test loads every export under does catch such a read
     predictions = [json.loads(line) for line in (full_run / "predictions.jsonl").read_text().splitlines()]
     gold = gold_subset("musique_full", QUESTIONS, tmp_path / "gold.jsonl")
     answers = load_run(out, device="cpu").predict_records([json.loads(line) for line in gold.read_text().splitlines()])
@@ -291,3 +386,19 @@ def test_the_cards_stock_selector_snippet_scores_as_the_selector(full_run: Path,
         with torch.no_grad():
             expected = float(selector(**tensors)[0])
         assert namespace["relevance"](question, paragraph) == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_a_prompted_llms_export_holds_its_llm_and_its_card_says_nothing_was_trained(tmp_path: Path) -> None:
+    """`model=llm_prompt` trains nothing: its export holds the LLM as used (stage `reader`, from the recipe's
+    `untrained_modules`) and its card says it was prompted; a run that generated with vLLM exports without vLLM."""
+    run = trained_run(tmp_path, "llm_prompt-musique_ans")
+    config = OmegaConf.load(run / "config.yaml")
+    config.model.engine = "vllm"  # not installed here: the export must not need it
+    OmegaConf.save(config, run / "config.yaml")
+    out = export_run(run, tmp_path / "export")
+    entry = json.loads((out / EXPORT_FILE).read_text())["stages"]["reader"]
+    assert entry["untrained"] and entry["backbone"]["kind"] == "causal_lm"
+    card = (out / "README.md").read_text()
+    assert "nothing trained: the model is prompted, with" in card and "training questions capped" not in card
+    assert "Each stage's pretrained network, as used," in card
