@@ -298,8 +298,16 @@ def read_manifest(export_dir: Path) -> dict[str, Any]:
 
 
 def check_files(export_dir: Path, manifest: dict[str, Any]) -> None:
-    """Every file `export.json` lists is there with its checksum: a missing, truncated or changed file is one
-    `ExportFormatError` naming it."""
+    """Every file `export.json` lists is there with its checksum, a stage's folder holds nothing else, and nothing in
+    the export is a link: a missing, truncated, changed, added or linked file is one `ExportFormatError` naming it."""
+    listed = set(manifest.get("files", {}))
+    for path in sorted(export_dir.rglob("*")):
+        relative = path.relative_to(export_dir).as_posix()
+        if path.is_symlink():
+            raise ExportFormatError(f"{path}: a link; an export holds its own files")
+        in_stage = relative.split("/", 1)[0] in manifest["stages"]
+        if listed and in_stage and path.is_file() and relative not in listed:
+            raise ExportFormatError(f"{path}: not a file the export wrote ({EXPORT_FILE} does not list it)")
     for relative, expected in manifest.get("files", {}).items():
         path = _inside(export_dir, relative)
         if file_sha256(path) != expected:
@@ -382,6 +390,9 @@ def _stage_checkpoint(export_dir: Path, stage: str, entry: dict[str, Any], trust
         folder = _inside(export_dir, entry["backbone"]["folder"])
         if not (folder / "config.json").is_file():
             raise ExportFormatError(f"{folder}: no config.json (an incomplete copy of the export?)")
+        for name in ("config.json", "tokenizer_config.json"):  # code that transformers would look for
+            if (folder / name).is_file() and "auto_map" in json.loads((folder / name).read_text()):
+                raise ExportFormatError(f"{folder / name}: names code of its own (auto_map); an export runs none")
         hyperparameters["backbone"] = BackboneSpec(
             name=original.name,
             source="saved",

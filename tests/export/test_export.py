@@ -157,6 +157,23 @@ def test_a_crafted_export_runs_no_code_and_reads_nothing_outside(full_run: Path,
         load_run(out)
     (out / "selector" / "backbone" / "pytorch_model.bin").rename(out / "selector" / "backbone" / "model.safetensors")
     restore()
+    # code a network's config would have transformers look for, a link to a file outside, a file added to a stage
+    config_json = out / "selector" / "backbone" / "config.json"
+    config_json.write_text(json.dumps({**json.loads(config_json.read_text()), "auto_map": {"AutoModel": "x.Y"}}))
+    crafted(out)
+    with pytest.raises(ApiInputError, match="names code of its own"):
+        load_run(out)
+    restore()
+    (out / "selector" / "backbone" / "vocab.txt").symlink_to(tmp_path / "outside.txt")
+    crafted(out)
+    with pytest.raises(ApiInputError, match="vocab.txt: a link"):
+        load_run(out)
+    (out / "selector" / "backbone" / "vocab.txt").unlink()
+    (out / "selector" / "backbone" / "special_tokens_map.json").write_text("{}")
+    with pytest.raises(ApiInputError, match="special_tokens_map.json: not a file the export wrote"):
+        load_run(out)
+    (out / "selector" / "backbone" / "special_tokens_map.json").unlink()
+    restore()
 
     config = OmegaConf.load(out / "config.yaml")
     for key, value, refusal in [
