@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,11 @@ class BackboneSpec:
     causal: bool = False
 
     def model_dir(self) -> str:
-        """The folder (or hub name) to load from; checks the pinned checksum of packaged weights."""
+        """The folder (or hub name) to load from; checks the pinned checksum of packaged weights. While an export
+        from elsewhere loads (`reading_an_export`), only what that allows."""
+        allowed = _EXPORT_READS.get()
+        if allowed is not None:
+            allowed.check(self)
         if self.source == "hub":
             if not self.path:
                 raise BackboneError(f"backbone {self.name!r}: source=hub needs a path (hub name or folder)")
@@ -118,6 +123,46 @@ class BackboneSpec:
         raise BackboneError(
             f"backbone {self.name!r}: unknown source {self.source!r} (hub, package, gguf, random, converted, bert2bert or saved)"
         )
+
+
+@dataclass(frozen=True)
+class ExportReads:
+    """What a backbone may read while an export from elsewhere loads: its own saved folders (`export_dir`), and an
+    installed package or a hub model by name only when `base_models` (a stage exported whole reads its base model).
+    A backbone converted or expanded into a folder on first use (which writes that folder) and a local folder
+    outside the export are refused."""
+
+    export_dir: Path
+    base_models: bool
+
+    def check(self, spec: BackboneSpec) -> None:
+        refusal = None
+        if spec.source == "saved":
+            if not spec.path or self.export_dir.resolve() not in Path(spec.path).resolve().parents:
+                refusal = f"reads {spec.path}, outside the export"
+        elif spec.source in ("converted", "gguf"):
+            refusal = f"would write a folder ({spec.path}) as it loads"
+        elif spec.source == "hub" and spec.path and Path(spec.path).expanduser().exists():
+            refusal = f"reads {spec.path}, outside the export"
+        elif spec.source in ("package", "hub") and not self.base_models:
+            refusal = f"reads {spec.source} {spec.distribution or spec.path}, though every network is in the export"
+        if refusal:
+            raise BackboneError(
+                f"backbone {spec.name!r} {refusal}; load_run(..., trust_code=True) loads an export you trust"
+            )
+
+
+_EXPORT_READS: ContextVar[ExportReads | None] = ContextVar("export_reads", default=None)
+
+
+@contextmanager
+def reading_an_export(reads: ExportReads) -> Iterator[None]:
+    """Every backbone read within is checked against `reads` (`ExportReads`)."""
+    token = _EXPORT_READS.set(reads)
+    try:
+        yield
+    finally:
+        _EXPORT_READS.reset(token)
 
 
 # Checkpoints keep the spec in their hyperparameters; allow it in torch's weights-only checkpoint loading.

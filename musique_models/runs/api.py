@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import musique_models
 from musique_models.data.formats import detect_format, get_format
@@ -40,7 +40,14 @@ from musique_models.run_files import (
     check_run_folder,
     declared_side_files,
 )
-from musique_models.runs.exported import MODULE_FILE, ExportFormatError, read_export
+from musique_models.runs.exported import (
+    MODULE_FILE,
+    ExportFormatError,
+    check_config,
+    check_files,
+    read_export,
+    read_manifest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +84,11 @@ class Answer:
 class RunPredictor:
     """A finished run's predictor, its models placed once (`load_run`)."""
 
-    def __init__(self, run_dir: Path, cfg: Any, predictor: Any) -> None:
+    def __init__(self, run_dir: Path, cfg: Any, predictor: Any, reads: Any = None) -> None:
         self.run_dir = run_dir
         self.cfg = cfg
         self.predictor = predictor
+        self.reads = reads  # an export from elsewhere: what its backbones may read, while it answers too
 
     def predict(self, question: str, paragraphs: Sequence[dict[str, Any] | str], id: str | None = None) -> Answer:
         """The answer to `question` over `paragraphs` (`{"title", "text"}` dicts or plain strings, in order)."""
@@ -135,7 +143,8 @@ class RunPredictor:
 
         table = datasets.Dataset.from_list([example.to_dict() for example in examples], features=FEATURES)
         with tempfile.TemporaryDirectory(prefix="musique-models-api-") as folder:
-            predictions = self.predictor.predict(table, Path(folder))
+            with _checked(self.reads):
+                predictions = self.predictor.predict(table, Path(folder))
             if predictions is None:
                 raise ApiInputError(f"{self.run_dir}: model={self.cfg.model_name} predicts no answers")
             extras = _side_outputs(Path(folder), len(examples))
@@ -165,6 +174,7 @@ def load_run(run_dir: str | Path, device: str | None = None, trust_code: bool = 
     An export is checked before anything in it is used: every file against its checksum, and its config may name
     only classes that musique-models' own configs name, and no model code (`trust_remote_code`); `trust_code=True`
     lifts the second check for an export whose code you trust (a recipe of your own, outside the package)."""
+    from musique_models.models.backbone import ExportReads
     from musique_models.recipes.build import instantiate_recipe
     from musique_models.training.stage import StageNotFinishedError
 
@@ -174,8 +184,19 @@ def load_run(run_dir: str | Path, device: str | None = None, trust_code: bool = 
         raise ApiInputError(str(error).removeprefix("run=")) from None
     if device is not None and device not in DEVICES:
         raise ApiInputError(f"device={device!r}: expected one of {', '.join(DEVICES)}")
-    if (run_dir / EXPORT_FILE).exists() is False and any(run_dir.glob(f"*/{MODULE_FILE}")):
+    exported = (run_dir / EXPORT_FILE).exists()
+    if not exported and any(run_dir.glob(f"*/{MODULE_FILE}")):
         raise ApiInputError(f"{run_dir}: an export without its {EXPORT_FILE}; copy the whole folder, or export again")
+    reads = None
+    if exported:  # an export from elsewhere: every file and the config checked before anything in it is used
+        try:
+            manifest = read_manifest(run_dir)
+            check_files(run_dir, manifest)
+            if not trust_code:
+                check_config(_plain_yaml(run_dir / CONFIG_FILE), manifest, run_dir)
+                reads = ExportReads(run_dir, any(entry.get("whole") for entry in manifest["stages"].values()))
+        except ExportFormatError as error:
+            raise ApiInputError(str(error)) from None
     made_by = _version_of(run_dir)
     if made_by is not None and made_by.split(".")[:2] != musique_models.__version__.split(".")[:2]:
         raise ApiInputError(
@@ -183,7 +204,7 @@ def load_run(run_dir: str | Path, device: str | None = None, trust_code: bool = 
             "version that made it"
         )
     cfg = OmegaConf.load(run_dir / CONFIG_FILE)
-    if cfg.get("model") is None:
+    if not isinstance(cfg, DictConfig) or cfg.get("model") is None:
         raise ApiInputError(f"{run_dir}: the run trained no model (model=null)")
     if device is not None:
         with open_dict(cfg):
@@ -193,12 +214,14 @@ def load_run(run_dir: str | Path, device: str | None = None, trust_code: bool = 
 
             if not torch.cuda.is_available():
                 log.warning("device=cuda: this machine has no GPU; %s loads on the CPU", run_dir)
-    if not (run_dir / EXPORT_FILE).exists():
+    if not exported:
         return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, run_dir))
-    with tempfile.TemporaryDirectory(prefix="musique-models-export-") as folder:  # only while the stages load
-        try:
+    with tempfile.TemporaryDirectory(prefix="musique-models-export-") as folder, _checked(reads):
+        try:  # the stages are laid out in `folder` only while they load
             laid_out = read_export(run_dir, Path(folder), cfg, trust_code)
-            return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, laid_out))
+            return RunPredictor(run_dir, cfg, instantiate_recipe(cfg).load(cfg, laid_out), reads)
+        except (ApiInputError, KeyboardInterrupt):
+            raise
         except ExportFormatError as error:
             raise ApiInputError(str(error)) from None
         except StageNotFinishedError:
@@ -207,6 +230,31 @@ def load_run(run_dir: str | Path, device: str | None = None, trust_code: bool = 
                 f"{run_dir}: an incomplete export: model={cfg.model_name} needs a stage its {EXPORT_FILE} does not "
                 f"list (it lists: {held}); export the run again"
             ) from None
+        except Exception as error:  # an export whose files disagree with one another: one line, not a traceback
+            reason = " ".join(str(error).split())[:300]
+            raise ApiInputError(f"{run_dir}: the export cannot be loaded ({type(error).__name__}: {reason})") from None
+
+
+def _plain_yaml(path: Path) -> Any:
+    """A YAML file as plain data (no OmegaConf: nothing resolved)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        reason = " ".join(str(error).split())[:200]
+        raise ExportFormatError(f"{path}: not readable as YAML ({reason})") from None
+
+
+def _checked(reads: Any) -> Any:
+    """While an export from elsewhere loads or answers: its backbones read only what `reads` allows."""
+    from contextlib import nullcontext
+
+    if reads is None:
+        return nullcontext()
+    from musique_models.models.backbone import reading_an_export
+
+    return reading_an_export(reads)
 
 
 def _version_of(run_dir: Path) -> str | None:
@@ -215,6 +263,8 @@ def _version_of(run_dir: Path) -> str | None:
         return None  # a run made before runs recorded it
     try:
         versions = json.loads(path.read_text()).get("versions") or {}
+        if not isinstance(versions, dict):
+            raise ValueError("`versions` is not an object")
     except (ValueError, AttributeError) as error:
         raise ApiInputError(f"{path}: not a provenance file ({error})") from None
     return versions.get("musique-models")

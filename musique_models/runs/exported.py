@@ -294,6 +294,9 @@ def read_manifest(export_dir: Path) -> dict[str, Any]:
         value = manifest.get(key, {})
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             fail(key, "an object of strings")
+    for key, stage in manifest.get("reused", {}).items():
+        if stage not in manifest["stages"] or not key.startswith("model.") or not key.endswith("_checkpoint"):
+            fail(f"reused.{key}", "a model.*_checkpoint key naming a stage of the export")
     return manifest
 
 
@@ -345,32 +348,71 @@ def shipped_targets() -> frozenset[str]:
     return frozenset(found)
 
 
-def check_config(cfg: DictConfig, manifest: dict[str, Any], export_dir: Path) -> None:
-    """What an export's `config.yaml` may ask of the machine that loads it: classes the shipped configs name, no
-    model code (`trust_remote_code`), no checkpoint outside the export. One `ExportFormatError` otherwise."""
-    allowed = shipped_targets()
+def check_config(config: Any, manifest: dict[str, Any], export_dir: Path) -> None:
+    """What an export's `config.yaml` (`config`: as read, plain YAML) may ask of the machine that loads it. A run's
+    config is saved resolved, so an export's holds no interpolation (`${...}`: a resolver could build anything).
+    Under `model`, the recipe a shipped model config names at its root and `BackboneSpec` elsewhere, nested only in
+    one another, and none of instantiate's other keys (`_args_`, `_partial_`, ...); elsewhere (never built by a load)
+    classes the shipped configs name. No model code (`trust_remote_code`), no checkpoint but a reused stage the
+    export holds. One `ExportFormatError` naming the key otherwise."""
+    shipped = shipped_targets()
+    recipes = recipe_targets()
+    spec = "musique_models.models.backbone.BackboneSpec"
     reused = set(manifest.get("reused", {}))
 
-    def walk(node: Any, key: str) -> None:
-        if isinstance(node, dict):
-            target = node.get("_target_")
-            if target is not None and target not in allowed:
-                raise ExportFormatError(
-                    f"{export_dir}/config.yaml: {key or 'the config'} names {target}, which no config of "
-                    "musique-models names; load_run(..., trust_code=True) loads an export whose code you trust"
-                )
-            for name, item in node.items():
-                path = f"{key}.{name}" if key else str(name)
-                if str(name) in CODE_SETTINGS and item:
-                    raise ExportFormatError(f"{export_dir}/config.yaml: {path} would run a model's own code")
-                if str(name).endswith("_checkpoint") and isinstance(item, str) and item and path not in reused:
-                    raise ExportFormatError(f"{export_dir}/config.yaml: {path}={item} is outside the export")
-                walk(item, path)
-        elif isinstance(node, list):
-            for position, item in enumerate(node):
-                walk(item, f"{key}[{position}]")
+    def refuse(key: str, why: str) -> None:
+        raise ExportFormatError(
+            f"{export_dir}/config.yaml: {key or 'the config'} {why}; load_run(..., trust_code=True) loads an export "
+            "whose code you trust"
+        )
 
-    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    def walk(node: Any, key: str, under_model: bool, in_spec: bool) -> None:
+        if isinstance(node, str) and "${" in node:
+            refuse(key, "holds an interpolation (an export's config is saved resolved)")
+        if isinstance(node, list):
+            for position, item in enumerate(node):
+                walk(item, f"{key}[{position}]", under_model, in_spec)
+        if not isinstance(node, dict):
+            return
+        target = node.get("_target_")
+        if target is not None:
+            if not under_model:
+                if target not in shipped:
+                    refuse(key, f"names {target}, which no config of musique-models names")
+            elif key == "model":
+                if target not in recipes:
+                    refuse(key, f"names {target}, which is no recipe of musique-models")
+            elif target != spec:
+                refuse(key, f"names {target}; under `model` an export's config may name only {spec}")
+        elif in_spec:
+            refuse(key, "is a setting of a backbone that is no BackboneSpec")
+        for name, item in node.items():
+            name = str(name)
+            path = f"{key}.{name}" if key else name
+            if under_model and name.startswith("_") and name not in ("_target_", "_convert_"):
+                refuse(path, "is a key of instantiate's that no model config uses")
+            if name in CODE_SETTINGS and item:
+                refuse(path, "would run a model's own code")
+            if name.endswith("_checkpoint") and isinstance(item, str) and item and path not in reused:
+                refuse(path, f"={item} is a checkpoint outside the export")
+            nested_spec = target == spec and name in ("tokenizer_from", "convert_from") and isinstance(item, dict)
+            walk(item, path, under_model or path == "model", nested_spec)
+
+    walk(config, "", False, False)
+
+
+@functools.cache
+def recipe_targets() -> frozenset[str]:
+    """The recipe classes the shipped model configs (`conf/model/*.yaml`) name at their root."""
+    import yaml
+
+    from musique_models import PROJECT_ROOT
+
+    return frozenset(
+        str(target)
+        for path in sorted((PROJECT_ROOT / "conf" / "model").glob("*.yaml"))
+        if (target := (yaml.safe_load(path.read_text()) or {}).get("_target_"))
+    )
 
 
 def _stage_checkpoint(export_dir: Path, stage: str, entry: dict[str, Any], trust_code: bool) -> dict[str, Any]:
@@ -407,6 +449,8 @@ def _stage_checkpoint(export_dir: Path, stage: str, entry: dict[str, Any], trust
         for spec in (original, original.tokenizer_from, original.convert_from):
             if spec is not None and any(spec.config_overrides.get(name) for name in CODE_SETTINGS):
                 raise ExportFormatError(f"{export_dir}: stage {stage!r}'s backbone would run a model's own code")
+            if spec is not None and spec.source == "saved":  # only the export's own folders are (set above)
+                raise ExportFormatError(f"{export_dir}: stage {stage!r}'s backbone names a saved folder of its own")
     return {
         "state_dict": _stage_state_dict(export_dir, entry),
         "hyper_parameters": hyperparameters,
@@ -422,9 +466,6 @@ def read_export(export_dir: Path, folder: Path, cfg: DictConfig, trust_code: boo
     from safetensors import SafetensorError
 
     manifest = read_manifest(export_dir)
-    check_files(export_dir, manifest)
-    if not trust_code:
-        check_config(cfg, manifest, export_dir)
     for path in export_dir.iterdir():
         if path.is_file():
             shutil.copy2(path, folder / path.name)

@@ -136,6 +136,7 @@ def test_a_crafted_export_runs_no_code_and_reads_nothing_outside(full_run: Path,
 
     def restore() -> None:
         for path, content in original.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
 
     module = out / "selector" / "musique_models_module.json"
@@ -175,23 +176,62 @@ def test_a_crafted_export_runs_no_code_and_reads_nothing_outside(full_run: Path,
     (out / "selector" / "backbone" / "special_tokens_map.json").unlink()
     restore()
 
-    config = OmegaConf.load(out / "config.yaml")
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    opener = "${oc.create:{_target_: builtins.open, _args_: ['" + str(tmp_path / "x") + "', 'w']}}"
     for key, value, refusal in [
         ("extra", {"_target_": "logging.FileHandler", "filename": str(tmp_path / "x")}, "names logging.FileHandler"),
+        ("model.answerer.backbone.pooling", opener, "holds an interpolation"),  # a resolver builds what it says
+        ("model.answerer.backbone.tokenizer_from", {"_target_": "optuna.samplers.TPESampler"}, "may name only"),
+        ("model.answerer.backbone.config_overrides", {"_args_": [1]}, "a key of instantiate's"),
         ("model.selector.backbone.config_overrides", {"trust_remote_code": True}, "would run a model's own code"),
-        ("model.selector_checkpoint", str(tmp_path / "other.ckpt"), "is outside the export"),
+        ("model.selector_checkpoint", str(tmp_path / "other.ckpt"), "a checkpoint outside the export"),
     ]:
-        changed = config.copy()
-        OmegaConf.update(changed, key, value, force_add=True, merge=False)
-        OmegaConf.save(changed, out / "config.yaml")
+        changed = json.loads(json.dumps(config))
+        node = changed
+        *parents, last = key.split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[last] = value
+        (out / "config.yaml").write_text(yaml.safe_dump(changed))
         crafted(out)
         with pytest.raises(ApiInputError, match=refusal):
             load_run(out)
         assert not (tmp_path / "x").exists()  # nothing was built
+    restore()
+    # a reused stage the export does not hold, so that the config's checkpoint would be read from outside
+    crafted(out, {"reused": {"model.selector_checkpoint": "ghost"}})
+    with pytest.raises(ApiInputError, match="a model.\\*_checkpoint key naming a stage of the export"):
+        load_run(out)
+    restore()
+    # a stage made "whole" whose backbone would be converted into a folder outside (which writes it), or read from
+    # a saved folder outside: refused before anything is read or written
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "data.txt").write_text("mine\n")
+    module_file = out / "selector" / "musique_models_module.json"
+    module = json.loads(module_file.read_text())
+    minilm = module["hyper_parameters"]["backbone"]["fields"]["tokenizer_from"]
+    for fields, refusal in [
+        ({"source": "converted", "path": str(victim), "convert_from": minilm}, "would write a folder"),
+        ({"source": "saved", "path": str(victim)}, "names a saved folder of its own"),
+    ]:
+        hostile = json.loads(json.dumps(module))
+        hostile["hyper_parameters"]["backbone"]["fields"].update(fields)
+        module_file.write_text(json.dumps(hostile))
+        manifest = json.loads((out / EXPORT_FILE).read_text())
+        manifest["stages"]["selector"] = {
+            "weights": "selector/model.safetensors",
+            "module": "selector/musique_models_module.json",
+            "whole": True,
+        }
+        shutil.rmtree(out / "selector" / "backbone")
+        crafted(out, {"stages": manifest["stages"]})
+        with pytest.raises(ApiInputError, match=refusal):
+            load_run(out)
+        assert [path.name for path in victim.iterdir()] == ["data.txt"]
+        restore()
     # a config naming a harmless class of the user's own loads when the user says they trust it
-    changed = config.copy()
-    OmegaConf.update(changed, "extra", {"_target_": "collections.OrderedDict"}, force_add=True)
-    OmegaConf.save(changed, out / "config.yaml")
+    (out / "config.yaml").write_text(yaml.safe_dump({**config, "extra": {"_target_": "collections.OrderedDict"}}))
     crafted(out)
     with pytest.raises(ApiInputError, match="trust_code=True"):
         load_run(out)
