@@ -114,37 +114,49 @@ def write_stage(checkpoint: dict[str, Any], folder: Path) -> dict[str, Any]:
     import torch
     from safetensors.torch import save_file
 
-    from musique_models.models.backbone import BackboneSpec, load_tokenizer
+    from musique_models.models.backbone import BackboneSpec
 
     weights = {key: tensor.contiguous() for key, tensor in checkpoint["state_dict"].items()}
     hyperparameters = dict(checkpoint.get("hyper_parameters") or {})
     folder.mkdir(parents=True)
     entry: dict[str, Any] = {"weights": f"{folder.name}/{WEIGHTS_FILE}", "module": f"{folder.name}/{MODULE_FILE}"}
     backbone = hyperparameters.get("backbone")
-    rest = weights
+    saved = None
     if isinstance(backbone, BackboneSpec):
         saved = _save_backbone(backbone, int(hyperparameters.get("vocab_size") or 0), weights, folder / BACKBONE_FOLDER)
-        if saved is not None:
-            entry["backbone"] = {"folder": f"{folder.name}/{BACKBONE_FOLDER}", **saved}
-            held = {saved["prefix"] + key for key in _saved_keys(folder / BACKBONE_FOLDER)} | set(saved["tied"])
-            rest = {key: tensor for key, tensor in weights.items() if key not in held}
-            entry["heads"] = sorted(rest)
-        else:  # rebuilt from its package or hub model: its tokenizer beside the weights
-            load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
-            entry["whole"] = True
-    save_file({key: tensor.clone() for key, tensor in rest.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
+    if saved is None:
+        return {**entry, **_write_whole(folder, weights, hyperparameters, backbone)}
+    entry["backbone"] = {"folder": f"{folder.name}/{BACKBONE_FOLDER}", **saved}
+    held = {saved["prefix"] + key for key in _saved_keys(folder / BACKBONE_FOLDER)} | set(saved["tied"])
+    heads = {key: tensor for key, tensor in weights.items() if key not in held}
+    entry["heads"] = sorted(heads)
+    save_file({key: tensor.clone() for key, tensor in heads.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
     write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(hyperparameters)})
-    if "backbone" in entry:
-        rebuilt = _stage_state_dict(folder.parent, entry)
-        if rebuilt.keys() != weights.keys() or any(not _same(rebuilt[k], weights[k], torch) for k in weights):
-            shutil.rmtree(folder)  # not this module's layout after all: the whole module in one file
-            folder.mkdir()
-            del entry["backbone"], entry["heads"]
-            entry["whole"] = True
-            load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
-            save_file({k: t.clone() for k, t in weights.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"})
-            write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(hyperparameters)})
+    rebuilt = _stage_state_dict(folder.parent, entry)
+    if rebuilt.keys() != weights.keys() or any(not _same(rebuilt[k], weights[k], torch) for k in weights):
+        shutil.rmtree(folder)  # not this module's layout after all: the whole module in one file
+        folder.mkdir()
+        del entry["backbone"], entry["heads"]
+        return {**entry, **_write_whole(folder, weights, hyperparameters, backbone)}
     return entry
+
+
+def _write_whole(
+    folder: Path, weights: dict[str, Any], hyperparameters: dict[str, Any], backbone: Any
+) -> dict[str, Any]:
+    """The module in one file (rebuilt from its package or hub model on load), its tokenizer beside it when it has a
+    backbone; the entry's mark of it."""
+    from safetensors.torch import save_file
+
+    from musique_models.models.backbone import BackboneSpec, load_tokenizer
+
+    if isinstance(backbone, BackboneSpec):
+        load_tokenizer(backbone, paragraph_marker=False).save_pretrained(folder)
+    save_file(
+        {key: tensor.clone() for key, tensor in weights.items()}, folder / WEIGHTS_FILE, metadata={"format": "pt"}
+    )
+    write_json(folder / MODULE_FILE, {"hyper_parameters": encode_hyperparameters(hyperparameters)})
+    return {"whole": True} if isinstance(backbone, BackboneSpec) else {}
 
 
 def _save_backbone(backbone: Any, vocab_size: int, weights: dict[str, Any], folder: Path) -> dict[str, Any] | None:

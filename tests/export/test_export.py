@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,18 @@ def test_push_to_hub_makes_the_repository_and_uploads_the_folder(
     assert "pushed to https://huggingface.co/me/sa-tiny" in capsys.readouterr().out
 
 
+def restorer(out: Path) -> Callable[[], None]:
+    """A function that puts every file of the export in `out` back as it is now (folders removed since included)."""
+    original = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+
+    def restore() -> None:
+        for path, content in original.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+
+    return restore
+
+
 def crafted(out: Path, change: dict | None = None) -> None:
     """Edit an export's `export.json` (`change`: keys to set) and recompute its checksums, as someone crafting an
     export would: what is refused then is refused for what it asks, not for a checksum."""
@@ -132,12 +145,7 @@ def test_a_crafted_export_runs_no_code_and_reads_nothing_outside(full_run: Path,
     config naming a class no shipped config names, model code (`trust_remote_code`) or a checkpoint outside are each
     refused in one line before anything is built; `trust_code=True` lifts the config check."""
     out = export_run(full_run, tmp_path / "export")
-    original = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
-
-    def restore() -> None:
-        for path, content in original.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
+    restore = restorer(out)
 
     module = out / "selector" / "musique_models_module.json"
     hostile = {"__dataclass__": "musique_models.recipes.build.instantiate_recipe", "fields": {"cfg": {}}}
@@ -246,12 +254,7 @@ def test_a_damaged_export_is_one_line_naming_what_is_wrong(full_run: Path, tmp_p
     """A file changed, truncated or missing since the export (its checksum in export.json), an export.json that is
     not JSON or not an export's, a stage left out of it, or no export.json at all: one `ApiInputError` each."""
     out = export_run(full_run, tmp_path / "export")
-    original = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
-
-    def restore() -> None:
-        for path, content in original.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
+    restore = restorer(out)
 
     heads = out / "answerer" / "model.safetensors"
     flipped = bytearray(heads.read_bytes())
@@ -275,7 +278,8 @@ def test_a_damaged_export_is_one_line_naming_what_is_wrong(full_run: Path, tmp_p
     (out / EXPORT_FILE).write_text(json.dumps({"stages": []}))
     with pytest.raises(ApiInputError, match="`stages` must be an object of stages"):
         load_run(out)
-    manifest = json.loads(original[out / EXPORT_FILE])
+    restore()
+    manifest = json.loads((out / EXPORT_FILE).read_text())
     del manifest["stages"]["selector"]
     (out / EXPORT_FILE).write_text(json.dumps(manifest))
     with pytest.raises(
